@@ -1,0 +1,1 @@
+"""The node agent: kubelet plugin, IMEX supervision, host IMEX probing."""

@@ -1,0 +1,1 @@
+"""DRA node service protos."""

@@ -1,0 +1,1 @@
+"""DRA node service v1beta1 (`k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`)."""

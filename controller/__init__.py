@@ -1,0 +1,1 @@
+"""The lightweight cluster controller."""

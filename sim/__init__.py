@@ -1,0 +1,1 @@
+"""The simulated cluster: API emulator, scheduler, kubelets, fake fabric."""

@@ -1,0 +1,30 @@
+"""Each console script answers `version` as a real subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.version import __version__
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize(
+    "program", ["compute-domain-agent", "compute-domain-controller", "compute-domain-sim"]
+)
+@pytest.mark.parametrize("args", [["version"], ["--version"]])
+def test_version(program, args):
+    out = subprocess.run(
+        [BIN / program, *args], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout == f"{program} {__version__}\n"
+
+
+def test_no_command_prints_usage_and_fails():
+    out = subprocess.run([BIN / "compute-domain-agent"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "usage: compute-domain-agent" in out.stderr
