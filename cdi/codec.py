@@ -1,0 +1,40 @@
+"""Spec text encodings: YAML as the Go library writes it, and YAML or JSON when reading."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from cdi.errors import CDIError
+from cdi.spec import Spec
+
+# libyaml's bindings are several times faster and produce the same documents; a
+# 2048-channel claim spec is written on the prepare path, so the speed matters.
+# Both are the *safe* variants: spec files never construct arbitrary objects.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def spec_to_yaml(spec: Spec) -> str:
+    """YAML with a leading `---` and keys in spec order, matching Go-written spec files."""
+    body = yaml.dump(spec.to_dict(), Dumper=_DUMPER, sort_keys=False, default_flow_style=False)
+    return f"---\n{body}"
+
+
+def spec_to_json(spec: Spec) -> str:
+    """Compact JSON, the other encoding runtimes read."""
+    return json.dumps(spec.to_dict(), separators=(",", ":"))
+
+
+def spec_from_text(text: str, *, is_json: bool = False) -> Spec:
+    """Decode YAML (or JSON) into a Spec, checking shape but not meaning."""
+    try:
+        data = json.loads(text) if is_json else yaml.load(text, Loader=_LOADER)
+    except json.JSONDecodeError as err:
+        raise CDIError(f"invalid JSON: {err}") from None
+    except yaml.YAMLError as err:
+        raise CDIError(f"invalid YAML: {err}") from None
+    except RecursionError:
+        raise CDIError("document is nested too deeply") from None
+    return Spec.from_dict(data)
