@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
-from api.version import version_line
+from api.cli import run_program
 
 PROG = "compute-domain-sim"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("version", help="print the version and exit")
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.version or args.command == "version":
-        print(version_line(PROG))
-        return 0
-    parser.print_help(sys.stderr)
-    return 2
+    return run_program(PROG, __doc__, argv)
 
 
 if __name__ == "__main__":

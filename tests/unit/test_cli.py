@@ -28,3 +28,17 @@ def test_no_command_prints_usage_and_fails():
     out = subprocess.run([BIN / "compute-domain-agent"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "usage: compute-domain-agent" in out.stderr
+
+
+def test_subcommands_registered_by_a_program_run_their_handler(capsys):
+    from api.cli import run_program
+
+    def add(sub):
+        hello = sub.add_parser("hello")
+        hello.add_argument("--name", default="world")
+        hello.set_defaults(handler=lambda args: print(f"hello {args.name}") or 3)
+
+    assert run_program("p", None, ["hello", "--name", "cd"], add) == 3
+    assert capsys.readouterr().out == "hello cd\n"
+    assert run_program("p", None, ["version"], add) == 0
+    assert capsys.readouterr().out == f"p {__version__}\n"
