@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint unit proto clean
+.PHONY: test lint unit proto bench clean
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
+
+# Benchmarks (long; not part of `make test`): tables on stdout and in tests/bench/RESULTS.md.
+bench: $(STAMP)
+	$(PY) tests/bench/bench_apiserver.py
 
 # Regenerate the kubelet gRPC stubs from api/kubelet/**/*.proto (committed).
 proto: $(STAMP)

@@ -1,0 +1,84 @@
+"""Run the emulator on its own event loop in a background thread.
+
+Tests and the synchronous `kubernetes` client live on the main thread; the server keeps
+its single event loop in a thread of its own, so a blocking client call never stalls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sim.apiserver.kubeconfig import write_kubeconfig
+from sim.apiserver.server import ApiServer
+
+T = TypeVar("T")
+
+
+class ServerThread:
+    """An `ApiServer` serving on 127.0.0.1 from a daemon thread."""
+
+    def __init__(self, **server_kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="apiserver", daemon=True
+        )
+        self._thread.start()
+        self.server: ApiServer = self.call(lambda: ApiServer(**server_kwargs))
+        self._running = False
+
+    def call(self, fn: Callable[[], T], timeout: float = 30) -> T:
+        """Run `fn` on the server's loop (the store is not thread-safe) and return its result."""
+
+        async def run() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+
+    def run(self, coro: Any, timeout: float = 30) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result(timeout)
+
+    def start(self, port: int = 0) -> ServerThread:
+        self.run(self.server.start(port=port))
+        self._running = True
+        return self
+
+    def stop(self) -> None:
+        if self._running:
+            self.run(self.server.stop())
+            self._running = False
+
+    def restart(self) -> None:
+        """Stop and start again on the same port; the objects survive, open watches do not."""
+        port = self.server.port
+        self.stop()
+        self.start(port)
+
+    def close(self) -> None:
+        self.stop()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def write_kubeconfig(self, path: Path, token: str | None = None) -> Path:
+        return write_kubeconfig(path, self.url, token=token)
+
+    def api_client(self, token: str | None = None) -> Any:
+        """A real `kubernetes.client.ApiClient` pointed at this server."""
+        from kubernetes import client
+
+        config = client.Configuration()
+        config.host = self.url
+        if token:
+            config.api_key = {"authorization": token}
+            config.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(config)

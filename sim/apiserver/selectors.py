@@ -1,0 +1,823 @@
+"""Label and field selectors, parsed and matched as kube-apiserver does.
+
+A port of k8s.io/apimachinery `labels.Parse` and `fields.ParseSelector`, down to their error
+texts, so that a selector a client gets wrong fails here with the message `kubectl` would
+show against a real cluster, and one it gets right selects the same objects (including the
+easily forgotten rule that `!=` and `notin` also select objects without the key).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from sim.apiserver.errors import bad_request
+
+__all__ = [
+    "BUILTIN_GROUPS",
+    "SUPPORTED_FIELDS",
+    "FieldRequirement",
+    "FieldSelector",
+    "LabelSelector",
+    "Requirement",
+    "SelectorError",
+    "check_fields",
+    "field_value",
+    "label_selector_from_dict",
+    "parse_field_selector",
+    "parse_label_selector",
+]
+
+
+class SelectorError(ValueError):
+    """A selector that the real server would refuse to parse; the text is its message."""
+
+
+# --- validation of label keys and values (k8s.io/apimachinery/pkg/util/validation) ----------
+
+_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_QUALIFIED_NAME_ERR = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+    "an alphanumeric character"
+)
+_LABEL_VALUE_FMT = f"({_QUALIFIED_NAME_FMT})?"
+_LABEL_VALUE_ERR = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
+    "or '.', and must start and end with an alphanumeric character"
+)
+_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN_FMT = rf"{_DNS1123_LABEL_FMT}(\.{_DNS1123_LABEL_FMT})*"
+_DNS1123_SUBDOMAIN_ERR = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character"
+)
+_QUALIFIED_NAME_RE = re.compile(_QUALIFIED_NAME_FMT)
+_LABEL_VALUE_RE = re.compile(_LABEL_VALUE_FMT)
+_DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN_FMT)
+
+
+def _regex_error(msg: str, fmt: str, *examples: str) -> str:
+    """validation.RegexError, including its doubled spaces between examples."""
+    if not examples:
+        return f"{msg} (regex used for validation is '{fmt}')"
+    shown = " or ".join(f"'{e}', " for e in examples)
+    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
+
+
+def _byte_len(s: str) -> int:
+    """Go's len(): UTF-8 bytes, which is what the length limits count."""
+    return len(s.encode("utf-8", "surrogatepass"))
+
+
+def _qualified_name_errors(value: str) -> list[str]:
+    errs: list[str] = []
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            errs.append("prefix part must be non-empty")
+        else:
+            if _byte_len(prefix) > 253:
+                errs.append("prefix part must be no more than 253 characters")
+            if not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
+                errs.append(
+                    "prefix part "
+                    + _regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com")
+                )
+    else:
+        return [
+            "a qualified name "
+            + _regex_error(_QUALIFIED_NAME_ERR, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    if not name:
+        errs.append("name part must be non-empty")
+    elif _byte_len(name) > 63:
+        errs.append("name part must be no more than 63 characters")
+    if not _QUALIFIED_NAME_RE.fullmatch(name):
+        errs.append(
+            "name part "
+            + _regex_error(_QUALIFIED_NAME_ERR, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
+        )
+    return errs
+
+
+def _label_value_errors(value: str) -> list[str]:
+    errs: list[str] = []
+    if _byte_len(value) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _LABEL_VALUE_RE.fullmatch(value):
+        errs.append(
+            _regex_error(_LABEL_VALUE_ERR, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345")
+        )
+    return errs
+
+
+def _go_quote(s: str) -> str:
+    """Go's %q (strconv.Quote), which field errors use to show the bad value."""
+    out = ['"']
+    for ch in s:
+        code = ord(ch)
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable() and not 0xD800 <= code <= 0xDFFF:
+            out.append(ch)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+_GO_ESCAPES = MappingProxyType(
+    {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+)
+
+
+def _go_json(value: Any) -> str:
+    """Go's json.Marshal, which field errors use to show a bad value that is not a string."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _invalid(path: str, shown_value: str, detail: str) -> str:
+    """field.Invalid(...).Error(); a nil path prints as `<nil>`, as it does in Go."""
+    return f"{path}: Invalid value: {shown_value}: {detail}"
+
+
+def _aggregate(errs: list[str]) -> str:
+    """utilerrors.NewAggregate(...).Error(): one message as is, several deduplicated in []."""
+    unique = list(dict.fromkeys(errs))
+    return unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
+
+
+# --- label selector requirements -------------------------------------------------------------
+
+IN, NOT_IN = "in", "notin"
+EQUALS, DOUBLE_EQUALS, NOT_EQUALS = "=", "==", "!="
+EXISTS, DOES_NOT_EXIST = "exists", "!"
+GREATER_THAN, LESS_THAN = "gt", "lt"
+_BINARY_OPERATORS = (IN, NOT_IN, EQUALS, DOUBLE_EQUALS, NOT_EQUALS, GREATER_THAN, LESS_THAN)
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+
+def _parse_int64(s: str) -> int | None:
+    """strconv.ParseInt(s, 10, 64): digits with an optional sign, in int64 range."""
+    if len(s) > 20 or not _INT64.fullmatch(s):  # int64 has at most 19 digits and a sign
+        return None
+    n = int(s)
+    return n if -(2**63) <= n < 2**63 else None
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One `key op values` term; values are kept sorted, as the parser leaves them."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    @classmethod
+    def new(cls, key: str, operator: str, values: Iterable[str] | None) -> Requirement:
+        """labels.NewRequirement: validates the key, the value count and every value."""
+        vals = None if values is None else list(values)
+        n = len(vals or ())
+        errs: list[str] = []
+        key_errs = _qualified_name_errors(key)
+        if key_errs:
+            errs.append(_invalid("key", _go_quote(key), "; ".join(key_errs)))
+        shown = _go_json(vals)
+        if operator in (IN, NOT_IN):
+            if n == 0:
+                errs.append(
+                    _invalid(
+                        "values", shown, "for 'in', 'notin' operators, values set can't be empty"
+                    )
+                )
+        elif operator in (EQUALS, DOUBLE_EQUALS, NOT_EQUALS):
+            if n != 1:
+                errs.append(
+                    _invalid("values", shown, "exact-match compatibility requires one single value")
+                )
+        elif operator in (EXISTS, DOES_NOT_EXIST):
+            if n != 0:
+                errs.append(
+                    _invalid(
+                        "values", shown, "values set must be empty for exists and does not exist"
+                    )
+                )
+        elif operator in (GREATER_THAN, LESS_THAN):
+            if n != 1:
+                errs.append(
+                    _invalid(
+                        "values", shown, "for 'Gt', 'Lt' operators, exactly one value is required"
+                    )
+                )
+            for i, v in enumerate(vals or ()):
+                if _parse_int64(v) is None:
+                    errs.append(
+                        _invalid(
+                            f"values[{i}]",
+                            _go_quote(v),
+                            "for 'Gt', 'Lt' operators, the value must be an integer",
+                        )
+                    )
+        else:
+            supported = ", ".join(
+                _go_quote(o) for o in (*_BINARY_OPERATORS, EXISTS, DOES_NOT_EXIST)
+            )
+            errs.append(
+                f"operator: Unsupported value: {_go_quote(operator)}: supported values: {supported}"
+            )
+        for i, v in enumerate(vals or ()):
+            value_errs = _label_value_errors(v)
+            if value_errs:
+                errs.append(_invalid(f"values[{i}][{key}]", _go_quote(v), "; ".join(value_errs)))
+        if errs:
+            raise SelectorError(_aggregate(errs))
+        return cls(key, operator, tuple(vals or ()))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Requirement.Matches: `!=` and `notin` also hold where the key is absent."""
+        present = self.key in labels
+        op = self.operator
+        if op in (IN, EQUALS, DOUBLE_EQUALS):
+            return present and labels[self.key] in self.values
+        if op in (NOT_IN, NOT_EQUALS):
+            return not present or labels[self.key] not in self.values
+        if op == EXISTS:
+            return present
+        if op == DOES_NOT_EXIST:
+            return not present
+        if op in (GREATER_THAN, LESS_THAN):
+            if not present or len(self.values) != 1:
+                return False
+            have, want = _parse_int64(labels[self.key]), _parse_int64(self.values[0])
+            if have is None or want is None:
+                return False
+            return have > want if op == GREATER_THAN else have < want
+        return False
+
+    def __str__(self) -> str:
+        op = self.operator
+        prefix = "!" if op == DOES_NOT_EXIST else ""
+        if op in (EXISTS, DOES_NOT_EXIST):
+            return prefix + self.key
+        symbol = {IN: " in ", NOT_IN: " notin ", GREATER_THAN: ">", LESS_THAN: "<"}.get(op, op)
+        joined = ",".join(sorted(self.values))
+        if op in (IN, NOT_IN):
+            joined = f"({joined})"
+        return f"{self.key}{symbol}{joined}"
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """An AND of requirements, sorted by key; no requirements selects everything."""
+
+    requirements: tuple[Requirement, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.requirements
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
+        have = labels or {}
+        return all(r.matches(have) for r in self.requirements)
+
+    def __str__(self) -> str:
+        return ",".join(str(r) for r in self.requirements)
+
+
+# --- the label selector lexer and parser (labels/selector.go) --------------------------------
+
+_T_ERROR, _T_EOS, _T_CLOSE, _T_COMMA, _T_NOT = "error", "eos", ")", ",", "!"
+_T_DEQ, _T_EQ, _T_GT, _T_ID, _T_IN, _T_LT, _T_NEQ, _T_NOTIN, _T_OPEN = (
+    "==", "=", ">", "identifier", "in", "<", "!=", "notin", "(",
+)  # fmt: skip
+_STRING_TO_TOKEN = MappingProxyType(
+    {
+        ")": _T_CLOSE, ",": _T_COMMA, "!": _T_NOT, "==": _T_DEQ, "=": _T_EQ, ">": _T_GT,
+        "in": _T_IN, "<": _T_LT, "!=": _T_NEQ, "notin": _T_NOTIN, "(": _T_OPEN,
+    }
+)  # fmt: skip
+_WHITESPACE = frozenset(" \t\r\n")
+_SPECIAL = frozenset("=!(),><")
+_END = "\0"  # Go's lexer reads a NUL byte for "end of input", and treats a real NUL the same
+
+
+class _Lexer:
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.pos = 0
+
+    def _read(self) -> str:
+        if self.pos < len(self.s):
+            ch = self.s[self.pos]
+            self.pos += 1
+            return ch
+        return _END
+
+    def _unread(self) -> None:
+        self.pos -= 1
+
+    def lex(self) -> tuple[str, str]:
+        ch = self._read()
+        while ch in _WHITESPACE:
+            ch = self._read()
+        if ch == _END:
+            return _T_EOS, ""
+        self._unread()
+        return self._special() if ch in _SPECIAL else self._identifier()
+
+    def _identifier(self) -> tuple[str, str]:
+        buf: list[str] = []
+        while True:
+            ch = self._read()
+            if ch == _END:
+                break
+            if ch in _SPECIAL or ch in _WHITESPACE:
+                self._unread()
+                break
+            buf.append(ch)
+        text = "".join(buf)
+        return _STRING_TO_TOKEN.get(text, _T_ID), text
+
+    def _special(self) -> tuple[str, str]:
+        last: tuple[str, str] | None = None
+        buf = ""
+        while True:
+            ch = self._read()
+            if ch == _END:
+                break
+            if ch not in _SPECIAL:
+                self._unread()
+                break
+            buf += ch
+            if buf in _STRING_TO_TOKEN:
+                last = (_STRING_TO_TOKEN[buf], buf)
+            elif last is not None:
+                self._unread()
+                break
+        if last is None:
+            return _T_ERROR, f"error expected: keyword found '{buf}'"
+        return last
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        lexer = _Lexer(text)
+        self.items: list[tuple[str, str]] = []
+        while True:
+            item = lexer.lex()
+            self.items.append(item)
+            if item[0] == _T_EOS:
+                break
+        self.position = 0
+
+    @staticmethod
+    def _as_values(item: tuple[str, str]) -> tuple[str, str]:
+        """In the values context the keywords `in` and `notin` are plain identifiers."""
+        tok, lit = item
+        return (_T_ID if tok in (_T_IN, _T_NOTIN) else tok), lit
+
+    def lookahead(self, values: bool = True) -> tuple[str, str]:
+        item = self.items[self.position]
+        return self._as_values(item) if values else item
+
+    def consume(self, values: bool = True) -> tuple[str, str]:
+        self.position += 1
+        item = self.items[self.position - 1]
+        return self._as_values(item) if values else item
+
+    def parse(self) -> list[Requirement]:
+        requirements: list[Requirement] = []
+        while True:
+            tok, lit = self.lookahead()
+            if tok in (_T_ID, _T_NOT):
+                try:
+                    requirements.append(self._requirement())
+                except SelectorError as err:
+                    raise SelectorError(f"unable to parse requirement: {err}") from None
+                tok, lit = self.consume()
+                if tok == _T_EOS:
+                    return requirements
+                if tok != _T_COMMA:
+                    raise SelectorError(f"found '{lit}', expected: ',' or 'end of string'")
+                tok2, lit2 = self.lookahead()
+                if tok2 not in (_T_ID, _T_NOT):
+                    raise SelectorError(f"found '{lit2}', expected: identifier after ','")
+            elif tok == _T_EOS:
+                return requirements
+            else:
+                raise SelectorError(f"found '{lit}', expected: !, identifier, or 'end of string'")
+
+    def _requirement(self) -> Requirement:
+        key, operator = self._key_and_inferred_operator()
+        if operator in (EXISTS, DOES_NOT_EXIST):
+            return Requirement.new(key, operator, [])
+        operator = self._operator()
+        values = self._values() if operator in (IN, NOT_IN) else self._exact_value()
+        return Requirement.new(key, operator, sorted(values))
+
+    def _key_and_inferred_operator(self) -> tuple[str, str]:
+        operator = ""
+        tok, lit = self.consume()
+        if tok == _T_NOT:
+            operator = DOES_NOT_EXIST
+            tok, lit = self.consume()
+        if tok != _T_ID:
+            raise SelectorError(f"found '{lit}', expected: identifier")
+        key_errs = _qualified_name_errors(lit)
+        if key_errs:
+            raise SelectorError(_invalid("<nil>", _go_quote(lit), "; ".join(key_errs)))
+        if self.lookahead()[0] in (_T_EOS, _T_COMMA) and operator != DOES_NOT_EXIST:
+            operator = EXISTS
+        return lit, operator
+
+    def _operator(self) -> str:
+        tok, lit = self.consume(values=False)
+        ops = {
+            _T_IN: IN, _T_EQ: EQUALS, _T_DEQ: DOUBLE_EQUALS, _T_GT: GREATER_THAN,
+            _T_LT: LESS_THAN, _T_NOTIN: NOT_IN, _T_NEQ: NOT_EQUALS,
+        }  # fmt: skip
+        if tok not in ops:
+            raise SelectorError(f"found '{lit}', expected: {', '.join(_BINARY_OPERATORS)}")
+        return ops[tok]
+
+    def _values(self) -> set[str]:
+        tok, lit = self.consume()
+        if tok != _T_OPEN:
+            raise SelectorError(f"found '{lit}' expected: '('")
+        tok, lit = self.lookahead()
+        if tok in (_T_ID, _T_COMMA):
+            values = self._identifier_list()
+            if self.consume()[0] != _T_CLOSE:
+                raise SelectorError(f"found '{lit}', expected: ')'")
+            return values
+        if tok == _T_CLOSE:
+            self.consume()
+            return {""}
+        raise SelectorError(f"found '{lit}', expected: ',', ')' or identifier")
+
+    def _identifier_list(self) -> set[str]:
+        values: set[str] = set()
+        while True:
+            tok, lit = self.consume()
+            if tok == _T_ID:
+                values.add(lit)
+                tok2, lit2 = self.lookahead()
+                if tok2 == _T_COMMA:
+                    continue
+                if tok2 == _T_CLOSE:
+                    return values
+                raise SelectorError(f"found '{lit2}', expected: ',' or ')'")
+            if tok == _T_COMMA:
+                if not values:
+                    values.add("")  # "(,"
+                tok2 = self.lookahead()[0]
+                if tok2 == _T_CLOSE:
+                    values.add("")  # ",)"
+                    return values
+                if tok2 == _T_COMMA:
+                    self.consume()
+                    values.add("")  # ",,"
+                continue
+            raise SelectorError(f"found '{lit}', expected: ',', or identifier")
+
+    def _exact_value(self) -> set[str]:
+        if self.lookahead()[0] in (_T_EOS, _T_COMMA):
+            return {""}
+        tok, lit = self.consume()
+        if tok == _T_ID:
+            return {lit}
+        raise SelectorError(f"found '{lit}', expected: identifier")
+
+
+def parse_label_selector(text: str) -> LabelSelector:
+    """labels.Parse: the `labelSelector` query parameter, `kubectl get -l` syntax."""
+    requirements = _Parser(text).parse()
+    requirements.sort(key=lambda r: r.key)
+    return LabelSelector(tuple(requirements))
+
+
+_LABEL_SELECTOR_OPS = MappingProxyType(
+    {"In": IN, "NotIn": NOT_IN, "Exists": EXISTS, "DoesNotExist": DOES_NOT_EXIST}
+)
+
+
+def label_selector_from_dict(sel: Mapping[str, Any] | None) -> LabelSelector:
+    """metav1.LabelSelectorAsSelector for `matchLabels`/`matchExpressions`.
+
+    `None` and `{}` select everything (a DaemonSet's or a Role aggregation's empty selector);
+    unlike Go, where a nil selector selects nothing, callers here never need that case.
+    """
+    if not sel:
+        return LabelSelector()
+    if not isinstance(sel, Mapping):
+        raise SelectorError(f"a label selector must be an object, not {type(sel).__name__}")
+    match_labels = sel.get("matchLabels") or {}
+    expressions = sel.get("matchExpressions") or []
+    if not isinstance(match_labels, Mapping) or not isinstance(expressions, list):
+        raise SelectorError("matchLabels must be an object and matchExpressions a list")
+    requirements: list[Requirement] = []
+    for key, value in match_labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise SelectorError(f"matchLabels entries must be strings: {key!r}: {value!r}")
+        requirements.append(Requirement.new(key, EQUALS, [value]))
+    for expr in expressions:
+        if not isinstance(expr, Mapping):
+            raise SelectorError(f"a matchExpressions entry must be an object, not {expr!r}")
+        op = expr.get("operator")
+        if op not in _LABEL_SELECTOR_OPS:
+            raise SelectorError(f"{_go_quote(str(op))} is not a valid label selector operator")
+        key, values = expr.get("key"), expr.get("values")
+        if not isinstance(key, str) or not (
+            values is None or (isinstance(values, list) and all(isinstance(v, str) for v in values))
+        ):
+            raise SelectorError(
+                f"a matchExpressions entry needs a string key and string values: {expr!r}"
+            )
+        requirements.append(Requirement.new(key, _LABEL_SELECTOR_OPS[op], values or None))
+    requirements.sort(key=lambda r: r.key)
+    return LabelSelector(tuple(requirements))
+
+
+# --- field selectors (fields/selector.go) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldRequirement:
+    """`field=value` (operator "=", also for "==") or `field!=value`."""
+
+    field: str
+    operator: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.field}{self.operator}{_escape_value(self.value)}"
+
+
+def _escape_value(s: str) -> str:
+    return s.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+
+
+def _unescape_value(s: str) -> str:
+    if not any(c in s for c in "\\,="):
+        return s
+    out: list[str] = []
+    in_slash = False
+    for c in s:
+        if in_slash:
+            if c not in "\\,=":
+                raise SelectorError(f"invalid field selector: invalid escape sequence: \\{c}")
+            out.append(c)
+            in_slash = False
+        elif c == "\\":
+            in_slash = True
+        elif c in ",=":
+            # Go prints the rune with %v, i.e. as its code point.
+            raise SelectorError(f"invalid field selector: unescaped character in value: {ord(c)}")
+        else:
+            out.append(c)
+    if in_slash:
+        raise SelectorError("invalid field selector: invalid escape sequence: \\")
+    return "".join(out)
+
+
+def _split_terms(text: str) -> list[str]:
+    """Split on commas that are not backslash-escaped; escapes stay in the terms."""
+    if not text:
+        return []
+    terms: list[str] = []
+    start, in_slash = 0, False
+    for i, c in enumerate(text):
+        if in_slash:
+            in_slash = False
+        elif c == "\\":
+            in_slash = True
+        elif c == ",":
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return terms
+
+
+def _split_term(term: str) -> tuple[str, str, str] | None:
+    """The first `!=`, `==` or `=` splits; the left side has no escaping."""
+    for i in range(len(term)):
+        for op in ("!=", "==", "="):
+            if term.startswith(op, i):
+                return term[:i], op, term[i + len(op) :]
+    return None
+
+
+@dataclass(frozen=True)
+class FieldSelector:
+    """An AND of field terms, sorted as the real parser sorts them."""
+
+    requirements: tuple[FieldRequirement, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.requirements
+
+    @property
+    def fields(self) -> frozenset[str]:
+        return frozenset(r.field for r in self.requirements)
+
+    def only_field(self, path: str) -> str | None:
+        """The value when the selector is exactly `path=value` (for indexed lookups)."""
+        if len(self.requirements) == 1:
+            (r,) = self.requirements
+            if r.field == path and r.operator == "=":
+                return r.value
+        return None
+
+    def matches(self, obj: Mapping[str, Any], kind: str | None = None) -> bool:
+        """Whether `obj` (a JSON object) has these field values; missing fields are ""."""
+        for r in self.requirements:
+            have = field_value(obj, r.field, kind)
+            if (have == r.value) != (r.operator == "="):
+                return False
+        return True
+
+    def renamed(self, renames: Mapping[str, str]) -> FieldSelector:
+        """The selector with field labels renamed (the server's legacy aliases)."""
+        return FieldSelector(
+            tuple(
+                FieldRequirement(renames.get(r.field, r.field), r.operator, r.value)
+                for r in self.requirements
+            )
+        )
+
+    def __str__(self) -> str:
+        return ",".join(str(r) for r in self.requirements)
+
+
+def parse_field_selector(text: str) -> FieldSelector:
+    """fields.ParseSelector: the `fieldSelector` query parameter, `--field-selector` syntax."""
+    requirements: list[FieldRequirement] = []
+    for part in sorted(_split_terms(text)):
+        if not part:
+            continue
+        split = _split_term(part)
+        if split is None:
+            raise SelectorError(f"invalid selector: '{text}'; can't understand '{part}'")
+        lhs, op, rhs = split
+        requirements.append(
+            FieldRequirement(lhs, "!=" if op == "!=" else "=", _unescape_value(rhs))
+        )
+    return FieldSelector(tuple(requirements))
+
+
+def _format_field(value: Any) -> str:
+    """A field's value as the server's field set holds it: strings as is, bools and numbers
+    spelled as Go formats them, anything else (absent, lists, objects) as ""."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return ""
+
+
+def _lookup(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def field_value(obj: Mapping[str, Any], path: str, kind: str | None = None) -> str:
+    """The value a field selector compares for `path`, as the server's `ToSelectableFields`
+    computes it: mostly the JSON value at the dotted path, with the few derived values of
+    Pods, Nodes, Jobs and Events. `kind` defaults to the object's own `kind`."""
+    kind = kind if kind is not None else obj.get("kind")
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    if path in ("spec.hostNetwork", "spec.unschedulable") and kind in (None, "Pod", "Node"):
+        return _format_field(bool(_lookup(obj, path)))
+    if path == "status.podIP" and kind in (None, "Pod"):
+        ips = status.get("podIPs")
+        if isinstance(ips, list) and ips and isinstance(ips[0], Mapping):
+            return _format_field(ips[0].get("ip"))
+        return _format_field(status.get("podIP"))
+    if path == "status.successful" and kind in (None, "Job"):
+        return _format_field(status.get("succeeded") or 0)
+    if path == "source" and kind in (None, "Event"):
+        source = obj.get("source")
+        component = source.get("component") if isinstance(source, Mapping) else None
+        return _format_field(component or obj.get("reportingComponent"))
+    return _format_field(_lookup(obj, path))
+
+
+# --- which field labels each resource supports -----------------------------------------------
+
+_POD_FIELDS = frozenset(
+    {
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+        "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
+        "status.nominatedNodeName",
+    }
+)  # fmt: skip
+_EVENT_FIELDS = frozenset(
+    {
+        "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+        "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+        "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
+    }
+)  # fmt: skip
+
+SUPPORTED_FIELDS: Mapping[tuple[str, str], frozenset[str]] = MappingProxyType(
+    {
+        ("", "pods"): _POD_FIELDS,
+        ("", "events"): _EVENT_FIELDS,
+        ("", "nodes"): frozenset({"spec.unschedulable"}),
+        ("", "namespaces"): frozenset({"status.phase"}),
+        ("", "secrets"): frozenset({"type"}),
+        ("", "services"): frozenset({"spec.clusterIP", "spec.type"}),
+        ("resource.k8s.io", "resourceslices"): frozenset({"spec.nodeName", "spec.driver"}),
+        ("batch", "jobs"): frozenset({"status.successful"}),
+    }
+)
+"""Field labels beyond metadata.name and metadata.namespace, by (API group, resource)."""
+
+# Cluster-scoped kinds whose conversion function lists metadata.name but not
+# metadata.namespace; every other built-in resource accepts both.
+_NO_NAMESPACE_FIELD = frozenset(
+    {("", "nodes"), ("", "namespaces"), ("resource.k8s.io", "resourceslices")}
+)
+_LEGACY_ALIASES = MappingProxyType({("", "pods"): MappingProxyType({"spec.host": "spec.nodeName"})})
+
+BUILTIN_GROUPS = frozenset(
+    {
+        "", "apps", "batch", "policy", "autoscaling", "coordination.k8s.io", "events.k8s.io",
+        "rbac.authorization.k8s.io", "resource.k8s.io", "apiextensions.k8s.io",
+        "networking.k8s.io", "storage.k8s.io", "scheduling.k8s.io", "node.k8s.io",
+        "discovery.k8s.io", "admissionregistration.k8s.io", "certificates.k8s.io",
+        "authentication.k8s.io", "authorization.k8s.io", "apiregistration.k8s.io",
+        "flowcontrol.apiserver.k8s.io", "internal.apiserver.k8s.io", "storagemigration.k8s.io",
+    }
+)  # fmt: skip
+"""API groups served by kube-apiserver itself; any other group is a custom resource's."""
+
+
+def _unsupported_message(group: str, resource: str, label: str, version: str) -> str:
+    """The error text of the resource's field label conversion function."""
+    key = (group, resource)
+    if key == ("batch", "jobs"):
+        return f"field label {_go_quote(label)} not supported for batchv1.Job"
+    if key == ("resource.k8s.io", "resourceslices"):
+        return (
+            f"field label not supported for resource.k8s.io/{version}, Kind=ResourceSlice: {label}"
+        )
+    if key in SUPPORTED_FIELDS:
+        return f"field label not supported: {label}"
+    return (
+        f'{_go_quote(label)} is not a known field selector: only "metadata.name", '
+        '"metadata.namespace"'
+    )
+
+
+def check_fields(
+    group: str,
+    resource: str,
+    selector: FieldSelector,
+    *,
+    namespaced: bool = True,
+    version: str = "v1",
+    custom_fields: Iterable[str] = (),
+) -> FieldSelector:
+    """Refuse field labels the real server would refuse for this resource, with its 400.
+
+    Custom resources (a group outside BUILTIN_GROUPS) support metadata.name, metadata.namespace
+    when namespaced, and the CRD's `selectableFields` passed as `custom_fields`. Returns the
+    selector with legacy aliases (a Pod's `spec.host`) renamed to the fields they stand for.
+    """
+    key = (group, resource)
+    custom = group not in BUILTIN_GROUPS
+    aliases: Mapping[str, str] = {} if custom else _LEGACY_ALIASES.get(key, {})
+    allowed = {"metadata.name", *aliases}
+    allowed.update(custom_fields if custom else SUPPORTED_FIELDS.get(key, ()))
+    if namespaced if custom else key not in _NO_NAMESPACE_FIELD:
+        allowed.add("metadata.namespace")
+    for r in selector.requirements:  # the first refused term is the one reported
+        if r.field not in allowed:
+            if custom:
+                raise bad_request(f"field label not supported: {r.field}")
+            raise bad_request(_unsupported_message(group, resource, r.field, version))
+    return selector.renamed(aliases) if aliases else selector

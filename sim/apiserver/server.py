@@ -1,0 +1,824 @@
+"""The HTTP front of the emulator: routing, list/watch, patches, discovery, faults, auth.
+
+One aiohttp application on one event loop. Everything a request does to the store happens
+synchronously on that loop, so requests are serialised exactly where the real server
+serialises them (per object, through resourceVersions) and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from sim.apiserver import discovery, errors, openapi, table
+from sim.apiserver.admission import FIELD_VALIDATION, Admission, AdmitOptions
+from sim.apiserver.auth import (
+    RequestAttributes,
+    TokenAuthenticator,
+    UserInfo,
+    authorize,
+    default_cluster_roles_and_bindings,
+    forbidden,
+    verb_for,
+)
+from sim.apiserver.errors import ApiError
+from sim.apiserver.gc import GarbageCollector
+from sim.apiserver.lifecycle import DeleteOptions, Lifecycle
+from sim.apiserver.patch import (
+    STRATEGIC_MERGE_KINDS,
+    PatchError,
+    apply_json_patch,
+    apply_merge_patch,
+    apply_strategic_merge_patch,
+)
+from sim.apiserver.resources import ResourceInfo, ResourceRegistry, crd_resources
+from sim.apiserver.selectors import (
+    SelectorError,
+    check_fields,
+    parse_field_selector,
+    parse_label_selector,
+)
+from sim.apiserver.store import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    Event,
+    ExpiredError,
+    Obj,
+    Store,
+    clone,
+)
+
+log = logging.getLogger(__name__)
+JSON = "application/json"
+CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass
+class Faults:
+    """Knobs tests turn to make the emulator misbehave like a loaded or flaky real server."""
+
+    latency_s: float = 0.0
+    error_rate: float = 0.0
+    error_code: int = 500
+    seed: int | None = None
+    rng: random.Random = field(default_factory=random.Random)
+
+    def reseed(self) -> None:
+        self.rng = random.Random(self.seed)
+
+
+@dataclass(frozen=True)
+class Target:
+    info: ResourceInfo
+    namespace: str
+    name: str
+    subresource: str
+    watch: bool
+
+
+@dataclass
+class Stats:
+    """Request counters, so tests and benchmarks can count writes and conflicts."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    conflicts: int = 0
+
+    def count(self, verb: str) -> None:
+        self.requests[verb] = self.requests.get(verb, 0) + 1
+
+
+class ApiServer:
+    """The emulator. `await start()` serves on host:port; state survives `stop()`/`start()`."""
+
+    def __init__(
+        self,
+        *,
+        history_window: int = 10_000,
+        bookmark_interval_s: float = 5.0,
+        watch_timeout_s: float = 1800.0,
+        state_file: Path | None = None,
+        authenticator: TokenAuthenticator | None = None,
+    ) -> None:
+        self.store = Store(history_window)
+        self.registry = ResourceRegistry()
+        self.faults = Faults()
+        self.stats = Stats()
+        self.authenticator = authenticator
+        self._bookmark_interval = bookmark_interval_s
+        self._watch_timeout = watch_timeout_s
+        self._state_file = state_file
+        self.admission = Admission(self.registry)
+        self.lifecycle = Lifecycle(self.store, self.admission.admit, self._namespace_exists)
+        self.gc: GarbageCollector | None = None
+        self._runner: web.AppRunner | None = None
+        self._streams: set[web.StreamResponse] = set()
+        self._save_handle: asyncio.TimerHandle | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        if state_file is not None and state_file.exists():
+            self.store.restore(orjson.loads(state_file.read_bytes()))
+        self._load_crds()
+        self.store.add_listener(self._on_event)
+        if not self.store.count(("", "namespaces")):
+            for ns in DEFAULT_NAMESPACES:
+                self.lifecycle.create(
+                    self.registry.lookup("", "v1", "namespaces"), "", {"metadata": {"name": ns}}
+                )
+        if authenticator is not None:
+            self._install_default_rbac()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.gc = GarbageCollector(self.store, self.lifecycle, self.registry.by_key)
+        self.gc.start()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port or self.port, reuse_address=True)
+        await site.start()
+        sockets = site._server.sockets  # type: ignore[union-attr]
+        self.host, self.port = sockets[0].getsockname()[:2]
+
+    async def stop(self) -> None:
+        self.store.close_watches()
+        for stream in list(self._streams):
+            with contextlib.suppress(Exception):
+                await stream.write_eof()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.gc is not None:
+            await self.gc.stop()
+        self.save_state()
+
+    def save_state(self) -> None:
+        if self._state_file is None:
+            return
+        tmp = self._state_file.with_name(f".{self._state_file.name}.tmp")
+        tmp.write_bytes(orjson.dumps(self.store.snapshot()))
+        tmp.replace(self._state_file)
+
+    def _on_event(self, event: Event) -> None:
+        if event.key == CRD_KEY:
+            self._sync_crd(event)
+        if self._state_file is not None and self._save_handle is None:
+            loop = asyncio.get_event_loop()
+            self._save_handle = loop.call_later(0.2, self._deferred_save)
+
+    def _deferred_save(self) -> None:
+        self._save_handle = None
+        self.save_state()
+
+    def _load_crds(self) -> None:
+        for crd in self.store.list(CRD_KEY):
+            self.registry.set_crd(crd["metadata"]["name"], crd_resources(crd))
+            self.admission.set_crd(crd)
+
+    def _sync_crd(self, event: Event) -> None:
+        name = event.obj["metadata"]["name"]
+        if event.type == DELETED:
+            for info in self.registry.remove_crd(name):
+                self.store.drop_resource(info.key)
+            self.admission.remove_crd(name)
+            return
+        self.registry.set_crd(name, crd_resources(event.obj))
+        self.admission.set_crd(event.obj)
+        conditions = (event.obj.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Established" for c in conditions):
+            asyncio.get_event_loop().call_soon(self._establish, name)
+
+    def _establish(self, name: str) -> None:
+        current = self.store.get(CRD_KEY, "", name)
+        if current is None:
+            return
+        new = clone(current)
+        spec = new.get("spec") or {}
+        accepted = {
+            "plural": spec.get("names", {}).get("plural"),
+            "singular": spec.get("names", {}).get("singular"),
+            "kind": spec.get("names", {}).get("kind"),
+            "listKind": spec.get("names", {}).get("listKind"),
+        }
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        new["status"] = {
+            "acceptedNames": {k: v for k, v in accepted.items() if v},
+            "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")],
+            "conditions": [
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": stamp,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": stamp,
+                },
+            ],
+        }
+        self.store.put(CRD_KEY, new)
+
+    def _namespace_exists(self, name: str) -> bool:
+        ns = self.store.get(("", "namespaces"), "", name)
+        return ns is not None
+
+    def _install_default_rbac(self) -> None:
+        for obj in default_cluster_roles_and_bindings():
+            info = self.registry.by_kind("rbac.authorization.k8s.io", obj["kind"])
+            if info and self.store.get(info.key, "", obj["metadata"]["name"]) is None:
+                self.lifecycle.create(info, "", obj)
+
+    # --- request entry -----------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._dispatch(request)
+        except ApiError as err:
+            return self._error(err)
+        except (SelectorError, PatchError) as err:
+            return self._error(errors.bad_request(str(err)))
+        except Exception as err:
+            log.exception("request %s %s failed", request.method, request.path)
+            return self._error(errors.internal(str(err)))
+
+    @staticmethod
+    def _error(err: ApiError) -> web.Response:
+        headers = {}
+        if err.retry_after_seconds is not None:
+            headers["Retry-After"] = str(err.retry_after_seconds)
+        return web.Response(
+            status=err.code,
+            body=orjson.dumps(err.status_object()),
+            content_type=JSON,
+            headers=headers,
+        )
+
+    @staticmethod
+    def _json(obj: Any, status: int = 200) -> web.Response:
+        return web.Response(status=status, body=orjson.dumps(obj), content_type=JSON)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        parts = [p for p in path.split("/") if p]
+        if parts and parts[0] == "_sim":
+            return await self._control(request, parts[1:])
+        user = self._authenticate(request)
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        if path == "/version":
+            self._authorize_path(user, path)
+            return self._json(discovery.SERVER_VERSION)
+        if path == "/openapi/v2":
+            self._authorize_path(user, path)
+            return web.Response(body=b"", content_type=openapi.V2_PROTOBUF)
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            self._authorize_path(user, path)
+            doc = openapi.document(self.registry, path)
+            if doc is None:
+                raise errors.ApiError(
+                    404, "NotFound", "the server could not find the requested resource"
+                )
+            return self._json(doc)
+        target = self._discovery_or_target(request, parts, user)
+        if isinstance(target, web.StreamResponse):
+            return target
+        await self._inject_faults()
+        self._authorize_resource(request, user, target)
+        return await self._serve(request, target)
+
+    def _discovery_or_target(
+        self, request: web.Request, parts: list[str], user: UserInfo | None
+    ) -> Target | web.StreamResponse:
+        not_found = errors.ApiError(
+            404, "NotFound", "the server could not find the requested resource"
+        )
+        if parts == ["api"]:
+            self._authorize_path(user, "/api")
+            return self._json(discovery.api_versions(f"{self.host}:{self.port}"))
+        if parts == ["apis"]:
+            self._authorize_path(user, "/apis")
+            return self._json(discovery.api_group_list(self.registry))
+        if len(parts) >= 2 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 2 and parts[0] == "apis":
+            if len(parts) == 2:
+                self._authorize_path(user, request.path)
+                doc = discovery.api_group(self.registry, parts[1])
+                if doc is None:
+                    raise not_found
+                return self._json(doc)
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise not_found
+        if not rest:
+            self._authorize_path(user, request.path)
+            doc = discovery.resource_list(self.registry, group, version)
+            if doc is None:
+                raise not_found
+            return self._json(doc)
+        watch = False
+        if rest[0] == "watch":
+            watch, rest = True, rest[1:]
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+            namespace, rest = rest[1], rest[2:]
+        plural = rest[0]
+        info = self.registry.lookup(group, version, plural)
+        if info is None or len(rest) > 3:
+            raise not_found
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if (
+            sub
+            and not (sub == "status" and info.status_subresource)
+            and not (sub == "finalize" and info.kind == "Namespace")
+        ):
+            raise not_found
+        if info.namespaced and not namespace and name:
+            raise not_found
+        if not info.namespaced and namespace:
+            raise not_found
+        return Target(info, namespace, name, sub, watch)
+
+    # --- auth & faults -----------------------------------------------------------------
+
+    def _authenticate(self, request: web.Request) -> UserInfo | None:
+        if self.authenticator is None:
+            return None
+        return self.authenticator.authenticate(request.headers.get("Authorization"))
+
+    def _rbac_objects(self) -> dict[str, list[Obj]]:
+        group = "rbac.authorization.k8s.io"
+        return {
+            "roles": self.store.list((group, "roles")),
+            "cluster_roles": self.store.list((group, "clusterroles")),
+            "role_bindings": self.store.list((group, "rolebindings")),
+            "cluster_role_bindings": self.store.list((group, "clusterrolebindings")),
+        }
+
+    def _authorize_path(self, user: UserInfo | None, path: str) -> None:
+        if user is None:
+            return
+        attrs = RequestAttributes(
+            user=user,
+            verb="get",
+            api_group="",
+            resource="",
+            subresource="",
+            namespace="",
+            name="",
+            resource_request=False,
+            path=path,
+        )
+        decision = authorize(attrs, **self._rbac_objects())
+        if not decision.allowed:
+            raise forbidden(attrs, decision.reason)
+
+    def _authorize_resource(self, request: web.Request, user: UserInfo | None, t: Target) -> None:
+        if user is None:
+            return
+        watch = t.watch or request.query.get("watch") in ("true", "1")
+        attrs = RequestAttributes(
+            user=user,
+            verb=verb_for(request.method, has_name=bool(t.name), watch=watch),
+            api_group=t.info.group,
+            resource=t.info.plural,
+            subresource=t.subresource,
+            namespace=t.namespace,
+            name=t.name,
+            resource_request=True,
+            path=request.path,
+        )
+        decision = authorize(attrs, **self._rbac_objects())
+        if not decision.allowed:
+            raise forbidden(attrs, decision.reason)
+
+    async def _inject_faults(self) -> None:
+        faults = self.faults
+        if faults.latency_s > 0:
+            await asyncio.sleep(faults.latency_s)
+        if faults.error_rate > 0 and faults.rng.random() < faults.error_rate:
+            if faults.error_code == 429:
+                raise errors.too_many_requests(1)
+            raise errors.internal("injected fault")
+
+    # --- resource verbs ----------------------------------------------------------------
+
+    async def _serve(self, request: web.Request, t: Target) -> web.StreamResponse:
+        method, q = request.method, request.query
+        dry_run = "All" in q.getall("dryRun", [])
+        if method == "GET":
+            if t.name and not t.watch:
+                self.stats.count("get")
+                return self._respond_object(request, t.info, self._get(t))
+            if t.watch or q.get("watch") in ("true", "1"):
+                self.stats.count("watch")
+                return await self._watch(request, t)
+            self.stats.count("list")
+            return self._list(request, t)
+        body = await self._body(request) if method in ("POST", "PUT", "PATCH", "DELETE") else None
+        directive = q.get("fieldValidation", "Warn") or "Warn"
+        if directive not in FIELD_VALIDATION:
+            raise errors.bad_request(
+                f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, got {directive!r}"
+            )
+        opts = AdmitOptions(field_validation=directive)
+        if method == "POST" and not t.name:
+            self.stats.count("create")
+            created = self.lifecycle.create(
+                t.info, t.namespace, body, dry_run=dry_run, opts=opts
+            )
+            return self._respond_object(request, t.info, created, 201, opts.warnings)
+        if method == "PUT" and t.name:
+            self.stats.count("update")
+            updated = self._counting_conflicts(
+                lambda: self.lifecycle.update(
+                    t.info,
+                    t.namespace,
+                    t.name,
+                    body,
+                    subresource=t.subresource,
+                    dry_run=dry_run,
+                    opts=opts,
+                )
+            )
+            return self._respond_object(request, t.info, updated, 200, opts.warnings)
+        if method == "PATCH" and t.name:
+            self.stats.count("patch")
+            patched = self._counting_conflicts(
+                lambda: self._patch(request, t, body, dry_run, opts)
+            )
+            return self._respond_object(request, t.info, patched, 200, opts.warnings)
+        if method == "DELETE" and t.name:
+            self.stats.count("delete")
+            delete_opts = self._delete_options(request, body if isinstance(body, dict) else None)
+            obj, _ = self.lifecycle.delete(t.info, t.namespace, t.name, delete_opts)
+            return self._respond_object(request, t.info, obj)
+        if method == "DELETE":
+            self.stats.count("deletecollection")
+            return self._delete_collection(request, t)
+        raise errors.ApiError(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+
+    def _counting_conflicts(self, fn: Callable[[], Obj]) -> Obj:
+        try:
+            return fn()
+        except ApiError as err:
+            if err.code == 409:
+                self.stats.conflicts += 1
+            raise
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        ctype = request.content_type
+        if ctype.endswith("yaml"):
+            import yaml  # only apply-patch bodies are YAML
+
+            try:
+                return yaml.safe_load(raw)
+            except yaml.YAMLError as err:
+                raise errors.bad_request(f"invalid YAML body: {err}") from None
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            raise errors.bad_request(f"invalid JSON body: {err}") from None
+
+    def _get(self, t: Target) -> Obj:
+        obj = self.store.get(t.info.key, t.namespace, t.name)
+        if obj is None:
+            raise errors.not_found(t.info.group, t.info.plural, t.name)
+        return obj
+
+    def _respond_object(
+        self,
+        request: web.Request,
+        info: ResourceInfo,
+        obj: Obj,
+        status: int = 200,
+        warnings: list[str] | None = None,
+    ) -> web.Response:
+        if table.wants_table(request.headers.get("Accept", "")):
+            rv = obj.get("metadata", {}).get("resourceVersion", "")
+            response = self._json(table.table(info, [obj], {"resourceVersion": rv}), status)
+        else:
+            response = self._json(obj, status)
+        for warning in warnings or ():
+            escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
+            response.headers.add("Warning", f'299 - "{escaped}"')
+        return response
+
+    def _patch(
+        self, request: web.Request, t: Target, body: Any, dry_run: bool, opts: AdmitOptions
+    ) -> Obj:
+        ctype = request.content_type
+        current = self._get(t)
+        if ctype == "application/merge-patch+json":
+            patched = apply_merge_patch(current, body)
+        elif ctype == "application/json-patch+json":
+            try:
+                patched = apply_json_patch(current, body)
+            except PatchError as err:
+                raise errors.ApiError(422, "Invalid", str(err)) from None
+        elif ctype == "application/strategic-merge-patch+json":
+            if (t.info.group, t.info.kind) not in STRATEGIC_MERGE_KINDS or not t.info.builtin:
+                raise errors.unsupported_media_type(ctype)
+            patched = apply_strategic_merge_patch(current, body, t.info.kind, t.info.group)
+        else:
+            raise errors.unsupported_media_type(ctype)
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patch must produce a JSON object")
+        # The patched object carries the current resourceVersion, unless the patch itself
+        # sets one: then update() checks it as a precondition, as the real server does.
+        return self.lifecycle.update(
+            t.info,
+            t.namespace,
+            t.name,
+            patched,
+            subresource=t.subresource,
+            dry_run=dry_run,
+            opts=opts,
+        )
+
+    @staticmethod
+    def _delete_options(request: web.Request, body: dict[str, Any] | None) -> DeleteOptions:
+        body = body or {}
+        q = request.query
+        pre = body.get("preconditions") or {}
+        grace = body.get("gracePeriodSeconds", q.get("gracePeriodSeconds"))
+        policy = body.get("propagationPolicy", q.get("propagationPolicy"))
+        if body.get("orphanDependents") is True or q.get("orphanDependents") == "true":
+            policy = policy or "Orphan"
+        if policy not in (None, "Orphan", "Background", "Foreground"):
+            raise errors.bad_request(
+                f"unsupported propagationPolicy {policy!r}: use Orphan, Background or Foreground"
+            )
+        try:
+            grace_int = None if grace is None else int(grace)
+        except (TypeError, ValueError):
+            raise errors.bad_request(f"invalid gracePeriodSeconds {grace!r}") from None
+        return DeleteOptions(
+            propagation=policy,
+            grace_period=grace_int,
+            uid=pre.get("uid"),
+            resource_version=pre.get("resourceVersion"),
+            dry_run="All" in (body.get("dryRun") or q.getall("dryRun", [])),
+        )
+
+    def _selected(self, request: web.Request, t: Target) -> Callable[[Obj], bool]:
+        q = request.query
+        labels = parse_label_selector(q.get("labelSelector", ""))
+        fields = parse_field_selector(q.get("fieldSelector", ""))
+        fields = check_fields(
+            t.info.group,
+            t.info.plural,
+            fields,
+            namespaced=t.info.namespaced,
+            version=t.info.version,
+        )
+
+        def selected(obj: Obj) -> bool:
+            md = obj.get("metadata") or {}
+            return labels.matches(md.get("labels")) and fields.matches(obj)
+
+        return selected
+
+    def _list(self, request: web.Request, t: Target) -> web.Response:
+        q = request.query
+        selected = self._selected(request, t)
+        rv_param, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
+        current_rv = self.store.resource_version
+        if rv_param not in ("", "0"):
+            try:
+                wanted = int(rv_param)
+            except ValueError:
+                raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from None
+            if wanted > current_rv:
+                raise errors.ApiError(
+                    504, "Timeout", f"Too large resource version: {wanted}, current: {current_rv}"
+                )
+            if match == "Exact" and wanted < self.store.oldest_watchable:
+                raise errors.gone(
+                    f"too old resource version: {wanted} ({self.store.oldest_watchable})"
+                )
+        items = [o for o in self.store.list(t.info.key, t.namespace or None) if selected(o)]
+        list_rv = str(current_rv)
+        start = 0
+        token = q.get("continue")
+        if token:
+            try:
+                state = orjson.loads(base64.urlsafe_b64decode(token.encode()))
+                list_rv, after = state["rv"], tuple(state["after"])
+            except Exception:
+                raise errors.bad_request("continue key is not valid") from None
+            if int(list_rv) < self.store.oldest_watchable:
+                raise errors.gone(
+                    "The provided continue parameter is too old to display a "
+                    "consistent list result. You can start a new list without "
+                    "the continue parameter."
+                )
+            start = next(
+                (
+                    i
+                    for i, o in enumerate(items)
+                    if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after
+                ),
+                len(items),
+            )
+        limit = int(q.get("limit", "0") or 0)
+        page = items[start : start + limit] if limit > 0 else items[start:]
+        list_meta: dict[str, Any] = {"resourceVersion": list_rv}
+        if limit > 0 and start + limit < len(items):
+            last = page[-1]["metadata"]
+            state = {"rv": list_rv, "after": [last.get("namespace", ""), last["name"]]}
+            list_meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(state)).decode()
+            list_meta["remainingItemCount"] = len(items) - start - limit
+        if table.wants_table(request.headers.get("Accept", "")):
+            return self._json(table.table(t.info, page, list_meta))
+        return self._json(
+            {
+                "kind": t.info.list_kind,
+                "apiVersion": t.info.api_version,
+                "metadata": list_meta,
+                "items": page,
+            }
+        )
+
+    def _delete_collection(self, request: web.Request, t: Target) -> web.Response:
+        selected = self._selected(request, t)
+        opts = self._delete_options(request, None)
+        deleted = []
+        for obj in list(self.store.list(t.info.key, t.namespace or None)):
+            if selected(obj):
+                md = obj["metadata"]
+                gone, _ = self.lifecycle.delete(t.info, md.get("namespace", ""), md["name"], opts)
+                deleted.append(gone)
+        return self._json(
+            {
+                "kind": t.info.list_kind,
+                "apiVersion": t.info.api_version,
+                "metadata": {"resourceVersion": str(self.store.resource_version)},
+                "items": deleted,
+            }
+        )
+
+    # --- watch -----------------------------------------------------------------------
+
+    async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
+        q = request.query
+        selected = self._selected(request, t)
+        as_table = table.wants_table(request.headers.get("Accept", ""))
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        timeout = float(q.get("timeoutSeconds") or self._watch_timeout)
+        rv_param = q.get("resourceVersion", "")
+        watcher = self.store.watch(t.info.key, t.namespace or None)
+        response = web.StreamResponse(headers={"Content-Type": JSON})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        self._streams.add(response)
+
+        def frame(kind: str, obj: Obj) -> bytes:
+            if as_table and kind in (ADDED, MODIFIED, DELETED):
+                obj = table.table(
+                    t.info, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+                )
+            return orjson.dumps({"type": kind, "object": obj}) + b"\n"
+
+        try:
+            last_rv = self.store.resource_version
+            if rv_param in ("", "0"):
+                initial = [
+                    frame(ADDED, o)
+                    for o in self.store.list(t.info.key, t.namespace or None)
+                    if selected(o)
+                ]
+                if initial:
+                    await response.write(b"".join(initial))
+            else:
+                try:
+                    since = int(rv_param)
+                except ValueError:
+                    raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from None
+                try:
+                    backlog = self.store.events_since(t.info.key, t.namespace or None, since)
+                except ExpiredError as err:
+                    status = errors.gone(str(err)).status_object()
+                    await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                    return response
+                out = [frame(k, o) for k, o in (self._filter(e, selected) for e in backlog) if k]
+                if out:
+                    await response.write(b"".join(out))
+            deadline = time.monotonic() + timeout
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, self._bookmark_interval) if bookmarks else remaining
+                try:
+                    event = await asyncio.wait_for(watcher.queue.get(), wait)
+                except TimeoutError:
+                    if bookmarks:
+                        await response.write(
+                            frame(
+                                "BOOKMARK",
+                                {
+                                    "kind": t.info.kind,
+                                    "apiVersion": t.info.api_version,
+                                    "metadata": {
+                                        "resourceVersion": str(self.store.resource_version)
+                                    },
+                                },
+                            )
+                        )
+                    continue
+                if event is None:
+                    break  # closed by a fault or shutdown
+                if event.rv <= last_rv:
+                    continue
+                kind, obj = self._filter(event, selected)
+                if kind:
+                    await response.write(frame(kind, obj))
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unwatch(watcher)
+            self._streams.discard(response)
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            await response.write_eof()
+        return response
+
+    @staticmethod
+    def _filter(event: Event, selected: Callable[[Obj], bool]) -> tuple[str | None, Obj]:
+        """Selector transitions as the watch cache reports them."""
+        now_in = selected(event.obj)
+        if event.type == MODIFIED:
+            was_in = event.old is not None and selected(event.old)
+            if now_in and was_in:
+                return MODIFIED, event.obj
+            if now_in:
+                return ADDED, event.obj
+            if was_in:
+                return DELETED, event.obj
+            return None, event.obj
+        return (event.type if now_in else None), event.obj
+
+    # --- control endpoints (stand-alone fault injection) -------------------------------
+
+    async def _control(self, request: web.Request, parts: list[str]) -> web.Response:
+        body = await self._body(request) if request.method == "POST" else None
+        action = parts[0] if parts else ""
+        if action == "faults" and request.method == "POST":
+            body = body or {}
+            self.faults.latency_s = float(body.get("latencySeconds", 0))
+            self.faults.error_rate = float(body.get("errorRate", 0))
+            self.faults.error_code = int(body.get("errorCode", 500))
+            self.faults.seed = body.get("seed")
+            self.faults.reseed()
+            return self._json({"ok": True})
+        if action == "close-watches" and request.method == "POST":
+            return self._json({"closed": self.store.close_watches()})
+        if action == "compact" and request.method == "POST":
+            self.store.compact()
+            return self._json({"compactedTo": self.store.resource_version})
+        if action == "stats":
+            return self._json(
+                {
+                    "requests": self.stats.requests,
+                    "conflicts": self.stats.conflicts,
+                    "resourceVersion": self.store.resource_version,
+                    "watches": self.store.watcher_count,
+                }
+            )
+        raise errors.ApiError(404, "NotFound", f"unknown control endpoint {request.path}")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -1,0 +1,164 @@
+"""kubectl against the emulator: what an admin types every day must work."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def kubectl(apiserver, tmp_path):
+    config = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+    def run(
+        *args: str, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess:
+        out = subprocess.run(
+            [KUBECTL, "--kubeconfig", str(config), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        )
+        if check and out.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{out.stderr}")
+        return out
+
+    run.config = config
+    return run
+
+
+CD_YAML = """\
+apiVersion: resource.nvidia.com/v1beta1
+kind: ComputeDomain
+metadata:
+  name: imex-channel-injection
+  namespace: default
+spec:
+  numNodes: 1
+  channel:
+    resourceClaimTemplate:
+      name: imex-channel-0
+"""
+
+
+def test_apply_crds_create_get_label_patch_delete(kubectl, tmp_path):
+    out = kubectl("apply", "-f", str(REPO / "packaging" / "crds"))
+    assert "computedomains.resource.nvidia.com created" in out.stdout
+    (tmp_path / "cd.yaml").write_text(CD_YAML)
+    kubectl("create", "-f", str(tmp_path / "cd.yaml"))
+    got = json.loads(kubectl("get", "computedomain", "imex-channel-injection", "-o", "json").stdout)
+    assert got["spec"]["channel"]["allocationMode"] == "Single"
+    table = kubectl("get", "computedomains").stdout
+    assert table.splitlines()[0].split() == ["NAME", "STATUS", "AGE"]
+    assert "imex-channel-injection" in table
+    kubectl("label", "computedomain", "imex-channel-injection", "team=ml")
+    kubectl(
+        "patch",
+        "computedomain",
+        "imex-channel-injection",
+        "--type=merge",
+        "-p",
+        '{"metadata":{"annotations":{"note":"x"}}}',
+    )
+    got = json.loads(
+        kubectl("get", "computedomains", "imex-channel-injection", "-o", "json").stdout
+    )
+    assert got["metadata"]["labels"] == {"team": "ml"}
+    assert got["metadata"]["annotations"]["note"] == "x"
+    bad = kubectl(
+        "patch",
+        "computedomain",
+        "imex-channel-injection",
+        "--type=merge",
+        "-p",
+        '{"spec":{"numNodes":4}}',
+        check=False,
+    )
+    assert bad.returncode != 0 and "A computeDomain.spec is immutable" in bad.stderr
+    kubectl("delete", "computedomain", "imex-channel-injection")
+    none = kubectl("get", "computedomains", "-o", "name").stdout
+    assert none.strip() == ""
+
+
+def test_apply_is_idempotent_and_updates(kubectl, tmp_path):
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  a: '1'\n"
+    )
+    assert "configmap/cfg created" in kubectl("apply", "-f", str(manifest)).stdout
+    assert "configmap/cfg unchanged" in kubectl("apply", "-f", str(manifest)).stdout
+    manifest.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  b: '2'\n"
+    )
+    assert "configmap/cfg configured" in kubectl("apply", "-f", str(manifest)).stdout
+    data = json.loads(kubectl("get", "configmap", "cfg", "-o", "json").stdout)["data"]
+    assert data == {"b": "2"}
+
+
+def test_strategic_patch_of_a_builtin(kubectl, tmp_path):
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n"
+        "  - name: main\n    image: busybox\n  - name: side\n    image: busybox\n"
+    )
+    kubectl("create", "-f", str(manifest))
+    kubectl(
+        "patch", "pod", "p", "-p", '{"spec":{"containers":[{"name":"main","image":"busybox:2"}]}}'
+    )
+    pod = json.loads(kubectl("get", "pod", "p", "-o", "json").stdout)
+    assert [(c["name"], c["image"]) for c in pod["spec"]["containers"]] == [
+        ("main", "busybox:2"),
+        ("side", "busybox"),
+    ]
+
+
+def test_get_watch_streams_changes(kubectl, apiserver):
+    kubectl("create", "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: w0}\n")
+    proc = subprocess.Popen(
+        [KUBECTL, "--kubeconfig", str(kubectl.config), "get", "configmaps", "-w", "-o", "name"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)
+        kubectl(
+            "create", "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: w1}\n"
+        )
+        deadline = time.monotonic() + 20
+        lines = []
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line.strip())
+            if "w1" in line:
+                break
+        assert "configmap/w0" in lines and "configmap/w1" in lines
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_get_events(kubectl):
+    out = kubectl("get", "events", "-A")
+    assert out.returncode == 0
+
+
+def test_unknown_fields_are_refused_by_kubectl_create(kubectl, tmp_path):
+    kubectl("apply", "-f", str(REPO / "packaging" / "crds"))
+    (tmp_path / "cd.yaml").write_text(
+        CD_YAML.replace("  numNodes: 1\n", "  numNodes: 1\n  nodes: 2\n")
+    )
+    out = kubectl("create", "-f", str(tmp_path / "cd.yaml"), check=False)
+    assert out.returncode != 0
+    assert 'unknown field "spec.nodes"' in out.stderr

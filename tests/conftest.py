@@ -1,0 +1,46 @@
+"""Shared fixtures: a real API emulator on a free port and real clients for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.apiserver.runner import ServerThread
+
+REPO = Path(__file__).resolve().parents[1]
+CRD_DIR = REPO / "packaging" / "crds"
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ServerThread]:
+    """A fresh emulator per test (starting one takes milliseconds)."""
+    thread = ServerThread().start()
+    try:
+        yield thread
+    finally:
+        thread.close()
+
+
+@pytest.fixture
+def k8s(apiserver: ServerThread):
+    """A real `kubernetes.client.ApiClient` talking HTTP to the emulator."""
+    client = apiserver.api_client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def project_crds(k8s) -> list[dict]:
+    """The project's CRDs, created through the API as `kubectl apply -f packaging/crds` would."""
+    from kubernetes import client
+
+    api = client.ApiextensionsV1Api(k8s)
+    crds = [yaml.safe_load(p.read_text()) for p in sorted(CRD_DIR.glob("*.yaml"))]
+    for crd in crds:
+        api.create_custom_resource_definition(crd)
+    return crds
