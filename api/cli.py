@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
-from collections.abc import Callable, Sequence
-from typing import TypeAlias
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 from api.version import version_line
 
@@ -46,3 +48,74 @@ def run_program(
         parser.print_help(sys.stderr)
         return 2
     return int(handler(args))
+
+
+def env_option(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *flags: str,
+    env: str | Sequence[str],
+    type: Callable[[str], Any] = str,
+    default: Any = None,
+    required: bool = False,
+    help: str = "",
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """A flag whose value may also come from environment variables (the first set one wins).
+
+    This is how the reference driver's flags work, so a DaemonSet's env keeps working. A bad
+    value in the environment is reported with the variable's name, not a Python traceback.
+    """
+    envs = (env,) if isinstance(env, str) else tuple(env)
+    source = os.environ if environ is None else environ
+    long_flags = [f for f in flags if f.startswith("--")] or list(flags)
+    dest = long_flags[0].lstrip("-").replace("-", "_")
+    for name in envs:
+        raw = source.get(name)
+        if raw is None:
+            continue
+        try:
+            default = type(raw)
+        except (ValueError, argparse.ArgumentTypeError) as err:
+            raise SystemExit(
+                f"invalid value {raw!r} in environment variable {name} ({flags[0]}): {err}"
+            ) from None
+        required = False
+        break
+    names = "/".join(envs)
+    shown = f" [env {names}]" + ("" if default in (None, "") else f" (default: {default})")
+    parser.add_argument(*flags, dest=dest, type=type, default=default, required=required,
+                        help=help + shown)
+
+
+def parse_bool(text: str) -> bool:
+    """The boolean spellings Go's ParseBool accepts (the reference's flags use them)."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (use true or false)")
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from a Go duration (`15s`, `1m30s`, `500ms`) or a bare number of seconds."""
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        pos, total = 0, 0.0
+        for match in _DURATION.finditer(text):
+            if match.start() != pos:
+                break
+            total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if pos != len(text) or not text:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a duration (examples: 15s, 1m30s, 500ms)") from None
+        return total
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value

@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.apiserver import errors
+from sim.apiserver.builtin_schema import BuiltinSchemas
+from sim.apiserver.crd_schema import CRDSchema
+from sim.apiserver.crd_validation import validate_crd
+from sim.apiserver.object_meta import validate_object_meta
 from sim.apiserver.resources import ResourceInfo, ResourceRegistry
-from sim.apiserver.schema import BuiltinSchemas, CRDSchema, validate_crd, validate_object_meta
 from sim.apiserver.store import Obj
 
 CRD_KIND = ("apiextensions.k8s.io", "CustomResourceDefinition")
@@ -40,8 +43,11 @@ class Admission:
         spec = crd.get("spec") or {}
         keys = []
         for version in spec.get("versions") or []:
-            key = (spec.get("group", ""), spec.get("names", {}).get("plural", ""),
-                   version.get("name", ""))
+            key = (
+                spec.get("group", ""),
+                spec.get("names", {}).get("plural", ""),
+                version.get("name", ""),
+            )
             self._schemas[key] = CRDSchema.from_crd(crd, version.get("name"))
             keys.append(key)
         self._owned[name] = keys
@@ -57,8 +63,7 @@ class Admission:
                 causes = validate_crd(new)
                 if causes:
                     raise errors.invalid(info.group, info.kind, name, causes)
-            stored, warnings = self._builtin.admit(new, old,
-                                                   field_validation=opts.field_validation)
+            stored, warnings = self._builtin.admit(new, old, field_validation=opts.field_validation)
             opts.warnings += warnings
             return stored
         causes = validate_object_meta(new.get("metadata"), namespaced=info.namespaced)

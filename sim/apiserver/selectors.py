@@ -16,6 +16,8 @@ from types import MappingProxyType
 from typing import Any
 
 from sim.apiserver.errors import bad_request
+from sim.apiserver.go_format import go_quote
+from sim.apiserver.names_validation import label_value_problems, qualified_name_problems
 
 __all__ = [
     "BUILTIN_GROUPS",
@@ -37,112 +39,7 @@ class SelectorError(ValueError):
     """A selector that the real server would refuse to parse; the text is its message."""
 
 
-# --- validation of label keys and values (k8s.io/apimachinery/pkg/util/validation) ----------
-
-_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QUALIFIED_NAME_ERR = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
-    "an alphanumeric character"
-)
-_LABEL_VALUE_FMT = f"({_QUALIFIED_NAME_FMT})?"
-_LABEL_VALUE_ERR = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
-    "or '.', and must start and end with an alphanumeric character"
-)
-_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT = rf"{_DNS1123_LABEL_FMT}(\.{_DNS1123_LABEL_FMT})*"
-_DNS1123_SUBDOMAIN_ERR = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-    "or '.', and must start and end with an alphanumeric character"
-)
-_QUALIFIED_NAME_RE = re.compile(_QUALIFIED_NAME_FMT)
-_LABEL_VALUE_RE = re.compile(_LABEL_VALUE_FMT)
-_DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN_FMT)
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    """validation.RegexError, including its doubled spaces between examples."""
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    shown = " or ".join(f"'{e}', " for e in examples)
-    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
-
-
-def _byte_len(s: str) -> int:
-    """Go's len(): UTF-8 bytes, which is what the length limits count."""
-    return len(s.encode("utf-8", "surrogatepass"))
-
-
-def _qualified_name_errors(value: str) -> list[str]:
-    errs: list[str] = []
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            errs.append("prefix part must be non-empty")
-        else:
-            if _byte_len(prefix) > 253:
-                errs.append("prefix part must be no more than 253 characters")
-            if not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
-                errs.append(
-                    "prefix part "
-                    + _regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com")
-                )
-    else:
-        return [
-            "a qualified name "
-            + _regex_error(_QUALIFIED_NAME_ERR, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errs.append("name part must be non-empty")
-    elif _byte_len(name) > 63:
-        errs.append("name part must be no more than 63 characters")
-    if not _QUALIFIED_NAME_RE.fullmatch(name):
-        errs.append(
-            "name part "
-            + _regex_error(_QUALIFIED_NAME_ERR, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-        )
-    return errs
-
-
-def _label_value_errors(value: str) -> list[str]:
-    errs: list[str] = []
-    if _byte_len(value) > 63:
-        errs.append("must be no more than 63 characters")
-    if not _LABEL_VALUE_RE.fullmatch(value):
-        errs.append(
-            _regex_error(_LABEL_VALUE_ERR, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345")
-        )
-    return errs
-
-
-def _go_quote(s: str) -> str:
-    """Go's %q (strconv.Quote), which field errors use to show the bad value."""
-    out = ['"']
-    for ch in s:
-        code = ord(ch)
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable() and not 0xD800 <= code <= 0xDFFF:
-            out.append(ch)
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-_GO_ESCAPES = MappingProxyType(
-    {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-)
+# --- field errors as selector parsing prints them -------------------------------------------
 
 
 def _go_json(value: Any) -> str:
@@ -194,9 +91,9 @@ class Requirement:
         vals = None if values is None else list(values)
         n = len(vals or ())
         errs: list[str] = []
-        key_errs = _qualified_name_errors(key)
+        key_errs = qualified_name_problems(key)
         if key_errs:
-            errs.append(_invalid("key", _go_quote(key), "; ".join(key_errs)))
+            errs.append(_invalid("key", go_quote(key), "; ".join(key_errs)))
         shown = _go_json(vals)
         if operator in (IN, NOT_IN):
             if n == 0:
@@ -229,21 +126,19 @@ class Requirement:
                     errs.append(
                         _invalid(
                             f"values[{i}]",
-                            _go_quote(v),
+                            go_quote(v),
                             "for 'Gt', 'Lt' operators, the value must be an integer",
                         )
                     )
         else:
-            supported = ", ".join(
-                _go_quote(o) for o in (*_BINARY_OPERATORS, EXISTS, DOES_NOT_EXIST)
-            )
+            supported = ", ".join(go_quote(o) for o in (*_BINARY_OPERATORS, EXISTS, DOES_NOT_EXIST))
             errs.append(
-                f"operator: Unsupported value: {_go_quote(operator)}: supported values: {supported}"
+                f"operator: Unsupported value: {go_quote(operator)}: supported values: {supported}"
             )
         for i, v in enumerate(vals or ()):
-            value_errs = _label_value_errors(v)
+            value_errs = label_value_problems(v)
             if value_errs:
-                errs.append(_invalid(f"values[{i}][{key}]", _go_quote(v), "; ".join(value_errs)))
+                errs.append(_invalid(f"values[{i}][{key}]", go_quote(v), "; ".join(value_errs)))
         if errs:
             raise SelectorError(_aggregate(errs))
         return cls(key, operator, tuple(vals or ()))
@@ -438,9 +333,9 @@ class _Parser:
             tok, lit = self.consume()
         if tok != _T_ID:
             raise SelectorError(f"found '{lit}', expected: identifier")
-        key_errs = _qualified_name_errors(lit)
+        key_errs = qualified_name_problems(lit)
         if key_errs:
-            raise SelectorError(_invalid("<nil>", _go_quote(lit), "; ".join(key_errs)))
+            raise SelectorError(_invalid("<nil>", go_quote(lit), "; ".join(key_errs)))
         if self.lookahead()[0] in (_T_EOS, _T_COMMA) and operator != DOES_NOT_EXIST:
             operator = EXISTS
         return lit, operator
@@ -540,7 +435,7 @@ def label_selector_from_dict(sel: Mapping[str, Any] | None) -> LabelSelector:
             raise SelectorError(f"a matchExpressions entry must be an object, not {expr!r}")
         op = expr.get("operator")
         if op not in _LABEL_SELECTOR_OPS:
-            raise SelectorError(f"{_go_quote(str(op))} is not a valid label selector operator")
+            raise SelectorError(f"{go_quote(str(op))} is not a valid label selector operator")
         key, values = expr.get("key"), expr.get("values")
         if not isinstance(key, str) or not (
             values is None or (isinstance(values, list) and all(isinstance(v, str) for v in values))
@@ -780,7 +675,7 @@ def _unsupported_message(group: str, resource: str, label: str, version: str) ->
     """The error text of the resource's field label conversion function."""
     key = (group, resource)
     if key == ("batch", "jobs"):
-        return f"field label {_go_quote(label)} not supported for batchv1.Job"
+        return f"field label {go_quote(label)} not supported for batchv1.Job"
     if key == ("resource.k8s.io", "resourceslices"):
         return (
             f"field label not supported for resource.k8s.io/{version}, Kind=ResourceSlice: {label}"
@@ -788,7 +683,7 @@ def _unsupported_message(group: str, resource: str, label: str, version: str) ->
     if key in SUPPORTED_FIELDS:
         return f"field label not supported: {label}"
     return (
-        f'{_go_quote(label)} is not a known field selector: only "metadata.name", '
+        f'{go_quote(label)} is not a known field selector: only "metadata.name", '
         '"metadata.namespace"'
     )
 

@@ -65,3 +65,35 @@ def test_bad_flags_are_clear_errors(tmp_path):
     )
     assert out.returncode == 2
     assert "is a directory" in out.stderr
+
+
+def test_control_endpoints_inject_faults_over_http(tmp_path):
+    import json
+    import urllib.request
+
+    proc, kubeconfig = start(tmp_path, tmp_path / "state.json")
+    try:
+        api = config.new_client_from_config(str(kubeconfig))
+        base = api.configuration.host
+
+        def post(path: str, body: dict) -> dict:
+            req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                         method="POST")
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.loads(resp.read())
+
+        core = client.CoreV1Api(api)
+        post("/_sim/faults", {"errorRate": 1.0, "errorCode": 500})
+        try:
+            core.list_namespace()
+            raise AssertionError("the injected 500 did not happen")
+        except client.ApiException as err:
+            assert err.status == 500
+        post("/_sim/faults", {})
+        assert len(core.list_namespace().items) == 4
+        assert post("/_sim/compact", {})["compactedTo"] > 0
+        with urllib.request.urlopen(base + "/_sim/stats", timeout=10) as resp:
+            stats = json.loads(resp.read())
+        assert stats["requests"]["list"] >= 1
+    finally:
+        stop(proc)

@@ -2,7 +2,7 @@
 
 These read the real files under packaging/crds, so a typo in a field name, enum, default
 or list-map key shows up here rather than as a confusing admission error on a cluster.
-Admission goes through `sim.apiserver.schema`, the emulator's copy of what kube-apiserver
+Admission goes through `sim.apiserver.crd_schema`, the emulator's copy of what kube-apiserver
 does with a CRD schema (prune, default, validate, transition rules).
 """
 
@@ -17,8 +17,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from sim.apiserver.crd_info import crd_resource_info
+from sim.apiserver.crd_schema import CRDSchema
+from sim.apiserver.crd_validation import validate_crd
 from sim.apiserver.errors import ApiError
-from sim.apiserver.schema import CRDSchema, crd_resource_info, validate_crd
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "packaging" / "crds"
 GROUP = "resource.nvidia.com"

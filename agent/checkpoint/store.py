@@ -1,0 +1,106 @@
+"""The checkpoint file on disk: read it, replace it atomically, reconcile it with the boot.
+
+A crash (or `kill -9`) at any point of a write leaves either the old file or the new one,
+never a mix: the new content goes to a temp file in the same directory, is fsynced, then
+renamed over the old one, and the directory is fsynced so the rename itself survives a
+power loss. Mutations are read-modify-write by the caller under the node lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from agent.checkpoint import codec
+from agent.checkpoint.errors import CheckpointCorruptError, CheckpointReadError
+from agent.checkpoint.model import Checkpoint
+
+log = logging.getLogger(__name__)
+
+FILE_MODE = 0o600
+
+
+class CheckpointStore:
+    """One checkpoint file (`PLUGIN_DIR/checkpoint.json`)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def read(self) -> Checkpoint | None:
+        """The stored checkpoint, or None when there is no file.
+
+        Raises `CheckpointCorruptError` (naming the file) for content that is not a valid
+        checkpoint and `CheckpointReadError` when the file cannot be read at all.
+        """
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise CheckpointReadError(
+                f"cannot read checkpoint {self.path}: {err.strerror or err}"
+            ) from None
+        try:
+            return codec.decode(data)
+        except CheckpointCorruptError as err:
+            raise err.at(self.path) from None
+
+    def write(self, cp: Checkpoint) -> None:
+        """Replace the file with `cp` atomically and durably (mode 0600)."""
+        data = codec.encode(cp)
+        directory = self.path.parent
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
+        tmp = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), FILE_MODE)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        _fsync_dir(directory)
+
+    def reconcile_boot_id(self, current_boot_id: str) -> Checkpoint:
+        """The checkpoint valid for this boot, written back when it changed (§4.7).
+
+        No file or another boot's file -> a fresh empty checkpoint for this boot (a reboot
+        undid every preparation); a file without boot id (older driver) -> keep its claims
+        and record this boot; same boot -> as is. A corrupt file raises: fatal at startup.
+        """
+        if not current_boot_id:
+            raise ValueError("current boot id must not be empty")
+        cp = self.read()
+        if cp is not None and cp.boot_id == current_boot_id:
+            return cp
+        if cp is not None and not cp.boot_id:
+            log.info("checkpoint %s has no boot id: recording %s", self.path, current_boot_id)
+            cp.boot_id = current_boot_id
+        else:
+            if cp is not None:
+                log.info(
+                    "checkpoint %s is from boot %s, this is boot %s: discarding its %d "
+                    "claim entries",
+                    self.path,
+                    cp.boot_id,
+                    current_boot_id,
+                    len(cp.claims),
+                )
+            cp = Checkpoint(boot_id=current_boot_id)
+        self.write(cp)
+        return cp
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,140 @@
+"""Kubernetes access for the agent: one client, blocking calls off the event loop.
+
+The `kubernetes` client is synchronous; the agent has one event loop. Every call goes
+through `call()` (a worker thread), and watches run in threads that hand events to the
+loop, so nothing blocks Prepare/Unprepare RPCs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def api_client(kubeconfig: str) -> client.ApiClient:
+    """From a kubeconfig file, or the in-cluster service account when empty."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def status_of(err: Exception) -> int | None:
+    return err.status if isinstance(err, ApiException) else None
+
+
+class Informer:
+    """A list+watch cache of one custom resource, kept on the event loop.
+
+    A worker thread lists, then watches from the list's resourceVersion, and re-lists on
+    410 Gone or any error (with jittered backoff). Waiters block on `wait_for(predicate)`,
+    which wakes on every change: readiness is event-driven, not polled.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, list_fn: Callable[..., Any],
+                 key: Callable[[dict[str, Any]], str], name: str,
+                 list_kwargs: dict[str, Any] | None = None) -> None:
+        self._loop = loop
+        self._list_fn = list_fn
+        self._kwargs = list_kwargs or {}
+        self._key = key
+        self.name = name
+        self.items: dict[str, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+        self._changed = asyncio.Event()
+        self.version = 0  # bumped on every change, so a waiter can tell it missed none
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # --- loop side ---------------------------------------------------------------------
+
+    def _replace(self, items: list[dict[str, Any]]) -> None:
+        self.items = {self._key(o): o for o in items}
+        self.synced.set()
+        self._notify()
+
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        key = self._key(obj)
+        if kind == "DELETED":
+            self.items.pop(key, None)
+        else:
+            self.items[key] = obj
+        self._notify()
+
+    def _notify(self) -> None:
+        self.version += 1
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def changed(self, since: int) -> None:
+        """Wait until the cache changed after version `since` (at once if it already did)."""
+        while self.version == since:
+            await self._changed.wait()
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """True as soon as `predicate()` holds after any change; False at the deadline."""
+        deadline = self._loop.time() + timeout
+        while True:
+            if predicate():
+                return True
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                return False
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+
+    # --- thread side -------------------------------------------------------------------
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # loop closed during shutdown
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _run(self) -> None:
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                listing = self._list_fn(**self._kwargs, _request_timeout=30)
+                self._post(self._replace, list(listing.get("items") or []))
+                rv = listing["metadata"]["resourceVersion"]
+                stream = watch.Watch()
+                for event in stream.stream(self._list_fn, **self._kwargs, resource_version=rv,
+                                           timeout_seconds=30, allow_watch_bookmarks=True,
+                                           _request_timeout=60):
+                    if self._stop.is_set():
+                        stream.stop()
+                        break
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self._post(self._apply, event["type"], event["object"])
+                delay = 0.2
+            except ApiException as err:
+                if err.status != 410:
+                    log.warning("%s watch failed (%s %s); re-listing", self.name, err.status,
+                                err.reason)
+                    self._stop.wait(delay * random.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 10.0)
+            except Exception as err:
+                log.warning("%s watch failed (%s); re-listing", self.name, err)
+                self._stop.wait(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, 10.0)

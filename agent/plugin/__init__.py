@@ -1,0 +1,1 @@
+"""The DRA kubelet plugin: registration, DRA gRPC, ResourceSlice, claim preparation."""

@@ -1,0 +1,218 @@
+"""`compute-domain-agent plugin`: start-up order, the running services, graceful stop.
+
+Start-up follows the reference (kubelet-plugin.md §1.2): validate, discover the node,
+write the base CDI spec, open the checkpoint, sync the caches, serve DRA, then register
+with kubelet, then publish the ResourceSlice. Any failure before serving is one line that
+says what to fix, and the process exits non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from agent import kube
+from agent.checkpoint import (
+    BootIdError,
+    Checkpoint,
+    CheckpointError,
+    CheckpointStore,
+    read_boot_id,
+)
+from agent.discovery import clique as clique_mod
+from agent.discovery.capability import read_fabric_imex_mgmt
+from agent.discovery.channels import ImexChannels
+from agent.discovery.driverversion import require_dns_names_driver
+from agent.discovery.errors import DiscoveryError
+from agent.discovery.findfile import dev_root, find_nvml_library
+from agent.discovery.nvml import FixtureSource, NvmlSource, PynvmlSource
+from agent.discovery.single_node import is_single_node_nvlink
+from agent.plugin.cluster import ClusterView
+from agent.plugin.config import PluginConfig
+from agent.plugin.driver import Driver, DriverSettings, Maintenance
+from agent.plugin.edits import CdiEdits
+from agent.plugin.grpcserver import KubeletServers
+from agent.plugin.health import HealthServer
+from agent.plugin.metrics import MetricsServer, PluginMetrics
+from agent.plugin.nodelock import NodeLock
+from agent.plugin.slices import SlicePublisher
+from agent.templates import imexd_template
+from api import featuregates
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """A fatal start-up problem; the message is what the admin needs to fix."""
+
+
+class PluginApp:
+    def __init__(self, config: PluginConfig, api_client: Any | None = None) -> None:
+        self.config = config
+        self._api = api_client
+        self.servers: KubeletServers | None = None
+        self.cluster: ClusterView | None = None
+        self.driver: Driver | None = None
+        self.slices: SlicePublisher | None = None
+        self.clique: clique_mod.CliqueTracker | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.ready = asyncio.Event()
+        self.metrics: PluginMetrics | None = None
+        self.health: HealthServer | None = None
+        self.metrics_server: MetricsServer | None = None
+
+    # --- start -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        try:
+            await self._start()
+        except (DiscoveryError, CheckpointError, BootIdError, OSError) as err:
+            raise StartupError(str(err)) from None
+        log.info("compute-domain kubelet plugin ready on node %s (%s)", cfg.node_name,
+                 cfg.imex.effective_mode)
+        self.ready.set()
+
+    async def _start(self) -> None:
+        cfg = self.config
+        cfg.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        if cfg.cdi_root.exists() and not cfg.cdi_root.is_dir():
+            raise StartupError(f"--cdi-root {cfg.cdi_root} exists but is not a directory")
+        cfg.cdi_root.mkdir(mode=0o750, parents=True, exist_ok=True)
+        channels = ImexChannels.from_proc_devices(cfg.proc_devices)
+        source = _nvml_source(cfg)
+        fm = cfg.gates.enabled(featuregates.FABRIC_MANAGER_PARTITIONING)
+        self.clique = clique_mod.CliqueTracker.start(functools.partial(
+            clique_mod.clique_id, source,
+            strict=cfg.gates.enabled(featuregates.CRASH_ON_NVLINK_FABRIC_ERRORS),
+            fm_partitioning=fm,
+            single_node_nvlink=fm and is_single_node_nvlink(dev_root(cfg.container_driver_root))))
+        if not cfg.host_managed and cfg.gates.enabled(featuregates.IMEX_DAEMONS_WITH_DNS_NAMES):
+            require_dns_names_driver(await asyncio.to_thread(source.driver_version))
+        log.info("NVLink clique of node %s: %r", cfg.node_name, self.clique.value or "(none)")
+        edits = CdiEdits(cfg, channels, cap_reader=lambda: read_fabric_imex_mgmt(
+            cfg.fabric_imex_mgmt, cfg.proc_devices))
+        edits.write_base_spec()
+        store = CheckpointStore(cfg.checkpoint_path)
+        checkpoint = store.reconcile_boot_id(read_boot_id(cfg.boot_id_file))
+        if self._api is None:
+            self._api = kube.api_client(cfg.kubeconfig)
+        self.cluster = ClusterView(self._api, cfg.node_name, cfg.namespace,
+                                   cliques_enabled=cfg.gates.enabled(
+                                       featuregates.COMPUTE_DOMAIN_CLIQUES))
+        self.cluster.start()
+        try:
+            await self.cluster.wait_synced(60)
+        except TimeoutError:
+            raise StartupError(
+                "could not list ComputeDomains within 60s: check --kubeconfig / the API "
+                "server address and that the CRDs are installed (kubectl get crd "
+                "computedomains.resource.nvidia.com)") from None
+        if cfg.gpu_clique_label and self.clique.value:
+            await self.cluster.node.set_clique_label(self.clique.value)
+        settings = DriverSettings(
+            node_name=cfg.node_name, host_managed=cfg.host_managed,
+            prepare_window_s=cfg.prepare_window_s, domains_dir=cfg.domains_dir,
+            imexd_template=imexd_template(), clique_id=lambda: self.clique.value,
+            host_probe=edits.host_probe() if cfg.host_managed else None)
+        self.metrics = PluginMetrics(cfg.node_name)
+        self.metrics.set_prepared(checkpoint.prepared_device_counts())
+        self.driver = Driver(settings, self.cluster, edits, store, checkpoint,
+                             NodeLock(cfg.lock_path), self.metrics)
+        self.maintenance = Maintenance(
+            self.driver, self.cluster.node.claim_exists,
+            lambda uid: uid in self.cluster.cds.items, cfg.domains_dir)
+        await self.maintenance.run_once()
+        self.servers = KubeletServers(self.driver, cfg.dra_socket, cfg.registration_socket)
+        await self.servers.start()
+        if cfg.healthcheck_port >= 0:
+            self.health = HealthServer(cfg.healthcheck_port, cfg.registration_socket,
+                                       cfg.dra_socket)
+            await self.health.start()
+        if cfg.http_endpoint and cfg.metrics_path:
+            self.metrics_server = MetricsServer(self.metrics, cfg.http_endpoint,
+                                                cfg.metrics_path)
+            await self.metrics_server.start()
+        self.slices = SlicePublisher(self._api, cfg.node_name, host_managed=cfg.host_managed)
+        try:
+            await self.slices.reconcile()
+        except Exception as err:  # the background loop keeps trying
+            log.warning("publishing the ResourceSlice failed (will retry): %s", err)
+        self.slices.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._refresh_clique()))
+        self._tasks.append(loop.create_task(self._periodic_cleanup()))
+
+    async def _refresh_clique(self) -> None:
+        assert self.clique is not None and self.cluster is not None
+        while True:
+            await asyncio.sleep(self.config.clique_refresh_s)
+            await asyncio.to_thread(self.clique.refresh)
+            if self.config.gpu_clique_label and self.clique.value:
+                with contextlib.suppress(Exception):
+                    await self.cluster.node.set_clique_label(self.clique.value)
+
+    async def _periodic_cleanup(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.cleanup_interval_s)
+            try:
+                await self.maintenance.run_once()
+            except Exception:
+                log.exception("periodic cleanup failed")
+
+    # --- stop ------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for server in (self.health, self.metrics_server):
+            if server is not None:
+                await server.stop()
+        if self.servers is not None:
+            await self.servers.stop()
+        if self.slices is not None:
+            await self.slices.stop()
+        if self.cluster is not None:
+            if self.config.gpu_clique_label and self.clique is not None and self.clique.value:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.cluster.node.set_clique_label(None), 5)
+            self.cluster.stop()
+        log.info("shutdown")
+
+
+def _nvml_source(cfg: PluginConfig) -> NvmlSource:
+    if cfg.nvml_source.startswith("fixture:"):
+        return FixtureSource(Path(cfg.nvml_source.removeprefix("fixture:")))
+    return PynvmlSource(find_nvml_library(cfg.container_driver_root))
+
+
+async def run(config: PluginConfig) -> int:
+    app = PluginApp(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await app.start()
+    except StartupError as err:
+        log.error("%s", err)
+        await app.stop()
+        return 1
+    await stop.wait()
+    await app.stop()
+    return 0
+
+
+def checkpoint_summary(cp: Checkpoint) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for entry in cp.claims.values():
+        counts[entry.state] = counts.get(entry.state, 0) + 1
+    return counts

@@ -1,0 +1,193 @@
+"""`compute-domain-agent plugin` flags and env vars, validated into one config object.
+
+Every host path is a flag with an env var so the same binary runs as a DaemonSet, as a
+systemd unit, and many times over in the simulated cluster against directories of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from api import names
+from api.cli import env_option, parse_bool, parse_duration
+from api.errors import ValidationError
+from api.featuregates import FeatureGates
+from api.imex import ImexConfig
+
+UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    node_name: str
+    namespace: str
+    kubeconfig: str
+    cdi_root: Path
+    host_driver_root: Path
+    container_driver_root: Path
+    nvidia_cdi_hook_path: str
+    registrar_dir: Path
+    plugins_dir: Path
+    healthcheck_port: int
+    http_endpoint: str
+    metrics_path: str
+    gpu_clique_label: bool
+    imex: ImexConfig
+    imex_host_socket_path: str
+    imex_ctl_chroot: bool
+    gates: FeatureGates
+    proc_devices: Path
+    fabric_imex_mgmt: Path
+    boot_id_file: Path
+    nvml_source: str
+    prepare_window_s: float
+    clique_refresh_s: float
+    cleanup_interval_s: float
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.plugins_dir / names.DRIVER_NAME
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / names.DRA_SOCKET_NAME
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registrar_dir / names.REGISTRATION_SOCKET_NAME
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.plugin_dir / names.CHECKPOINT_FILE
+
+    @property
+    def lock_path(self) -> Path:
+        return self.plugin_dir / names.PREPARE_LOCK_FILE
+
+    @property
+    def domains_dir(self) -> Path:
+        return self.plugin_dir / names.DOMAINS_DIR
+
+    @property
+    def host_managed(self) -> bool:
+        return self.imex.host_managed
+
+
+def add_plugin_flags(parser: argparse.ArgumentParser) -> None:
+    opt = parser.add_argument_group("node and cluster")
+    env_option(opt, "--node-name", env=names.ENV_NODE_NAME, required=True,
+               help="the node this agent serves; also the ResourceSlice pool name")
+    env_option(opt, "--namespace", env=names.ENV_NAMESPACE, default="default",
+               help="the driver namespace, where ComputeDomainCliques live")
+    env_option(opt, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
+               help="kubeconfig file; empty means in-cluster configuration")
+    env_option(opt, "--kube-api-qps", env=names.ENV_KUBE_API_QPS, type=float, default=5.0,
+               help="accepted for compatibility with the reference driver")
+    env_option(opt, "--kube-api-burst", env=names.ENV_KUBE_API_BURST, type=int, default=10,
+               help="accepted for compatibility with the reference driver")
+    env_option(opt, "--feature-gates", env=names.ENV_FEATURE_GATES, default="",
+               help="Name=bool,Name=bool")
+    paths = parser.add_argument_group("host paths")
+    env_option(paths, "--cdi-root", env=names.ENV_CDI_ROOT, type=Path,
+               default=Path(names.DEFAULT_CDI_ROOT), help="directory for generated CDI specs")
+    env_option(paths, "--nvidia-driver-root", "--host-driver-root",
+               env=(names.ENV_NVIDIA_DRIVER_ROOT, names.ENV_HOST_DRIVER_ROOT), type=Path,
+               default=Path(names.DEFAULT_HOST_DRIVER_ROOT),
+               help="the NVIDIA driver root as the host sees it (/ or /run/nvidia/driver)")
+    env_option(paths, "--container-driver-root", env=names.ENV_CONTAINER_DRIVER_ROOT, type=Path,
+               default=Path(names.DEFAULT_CONTAINER_DRIVER_ROOT),
+               help="where the host driver root is visible to this process")
+    env_option(paths, "--nvidia-cdi-hook-path", env=names.ENV_NVIDIA_CDI_HOOK_PATH, default="",
+               help="host path of nvidia-cdi-hook for the base CDI spec")
+    env_option(paths, "--kubelet-registrar-directory-path",
+               env=names.ENV_KUBELET_REGISTRAR_DIRECTORY_PATH, type=Path,
+               default=Path(names.KUBELET_REGISTRY_DIR), help="kubelet's plugin registry dir")
+    env_option(paths, "--kubelet-plugins-directory-path",
+               env=names.ENV_KUBELET_PLUGINS_DIRECTORY_PATH, type=Path,
+               default=Path(names.KUBELET_PLUGINS_DIR), help="kubelet's plugins dir")
+    env_option(paths, "--proc-devices-path", env=("PROC_DEVICES_PATH",
+                                                  names.ENV_ALT_PROC_DEVICES_PATH),
+               type=Path, default=Path(names.DEFAULT_PROC_DEVICES),
+               help="the /proc/devices file to read device majors from")
+    env_option(paths, "--fabric-imex-mgmt-path", env="FABRIC_IMEX_MGMT_PATH", type=Path,
+               default=Path(names.FABRIC_IMEX_MGMT_CAPABILITY),
+               help="the fabric-imex-mgmt capability file")
+    env_option(paths, "--boot-id-path", env="BOOT_ID_PATH", type=Path,
+               default=Path(names.DEFAULT_BOOT_ID_FILE), help="the kernel boot id file")
+    env_option(paths, "--nvml-source", env="NVML_SOURCE", default="driver",
+               help="'driver' (NVML from the driver root) or 'fixture:PATH' (simulated GPUs)")
+    serve = parser.add_argument_group("serving")
+    env_option(serve, "--healthcheck-port", env=names.ENV_HEALTHCHECK_PORT, type=int, default=-1,
+               help="gRPC health port: >0 that port, 0 a free port, <0 disabled")
+    env_option(serve, "--http-endpoint", env=names.ENV_HTTP_ENDPOINT, default="",
+               help="host:port for Prometheus metrics; empty disables")
+    env_option(serve, "--metrics-path", env=names.ENV_METRICS_PATH, default="/metrics",
+               help="HTTP path of the metrics")
+    env_option(serve, "--gpu-clique-label-enabled", env=names.ENV_GPU_CLIQUE_LABEL_ENABLED,
+               type=parse_bool, default=False, help="own the nvidia.com/gpu.clique node label")
+    env_option(serve, "--prepare-timeout", env="PREPARE_TIMEOUT", type=parse_duration,
+               default=40.0, help="how long one Prepare call may wait for the node's IMEX "
+               "daemon before kubelet is told to retry (kubelet gives up at 45s)")
+    env_option(serve, "--clique-refresh-interval", env="CLIQUE_REFRESH_INTERVAL",
+               type=parse_duration, default=600.0, help="how often to re-read the clique ID")
+    env_option(serve, "--cleanup-interval", env="CLEANUP_INTERVAL", type=parse_duration,
+               default=600.0, help="how often to clean stale claims, CDI files and domains")
+    imex = parser.add_argument_group("IMEX")
+    env_option(imex, "--imex-mode", env=names.ENV_IMEX_MODE, default="driverManaged",
+               help="driverManaged or hostManaged")
+    env_option(imex, "--imex-isolation", env=names.ENV_IMEX_ISOLATION, default="domain",
+               help="domain (channel is not implemented)")
+    env_option(imex, "--imex-host-socket-path", env=names.ENV_IMEX_HOST_SOCKET_PATH,
+               default=names.DEFAULT_IMEX_HOST_SOCKET,
+               help="host nvidia-imex command socket, inside the driver root (hostManaged)")
+    env_option(imex, "--imex-ctl-chroot", env="IMEX_CTL_CHROOT", type=parse_bool, default=True,
+               help="run nvidia-imex-ctl chrooted into the driver root (hostManaged)")
+
+
+def config_from_args(args: argparse.Namespace) -> PluginConfig:
+    """Validate flags into a config; a ValidationError's message is the one-line fatal error."""
+    gates = FeatureGates.parse(args.feature_gates)
+    gates.validate()
+    imex = ImexConfig(mode=args.imex_mode, isolation=args.imex_isolation)
+    imex.validate(host_managed_gate=gates.enabled("HostManagedIMEXDaemon"))
+    if imex.host_managed:
+        gates = gates.with_values(IMEXDaemonsWithDNSNames=False, ComputeDomainCliques=False)
+    if not args.node_name.strip():
+        raise ValidationError("--node-name (NODE_NAME) is empty: set it to this node's name")
+    if args.prepare_timeout <= 0 or args.prepare_timeout > 44:
+        raise ValidationError(
+            "--prepare-timeout must be between 0 and 44s so kubelet (45s) sees the answer")
+    for flag, sock in (("--kubelet-plugins-directory-path", args.kubelet_plugins_directory_path
+                        / names.DRIVER_NAME / names.DRA_SOCKET_NAME),
+                       ("--kubelet-registrar-directory-path",
+                        args.kubelet_registrar_directory_path / names.REGISTRATION_SOCKET_NAME)):
+        if len(str(sock).encode()) > UNIX_PATH_MAX:
+            raise ValidationError(
+                f"socket path {sock} is {len(str(sock).encode())} bytes; unix sockets allow "
+                f"at most {UNIX_PATH_MAX}: use a shorter {flag}")
+    if args.http_endpoint:
+        _, sep, port = args.http_endpoint.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise ValidationError(f"--http-endpoint {args.http_endpoint!r} is not host:port "
+                                  "(e.g. :8081 or 0.0.0.0:8081)")
+    source = args.nvml_source
+    if source != "driver" and not source.startswith("fixture:"):
+        raise ValidationError(
+            f"--nvml-source {source!r} is not valid: use 'driver' or 'fixture:/path/to/file.json'")
+    return PluginConfig(
+        node_name=args.node_name.strip(), namespace=args.namespace, kubeconfig=args.kubeconfig,
+        cdi_root=args.cdi_root, host_driver_root=args.nvidia_driver_root,
+        container_driver_root=args.container_driver_root,
+        nvidia_cdi_hook_path=args.nvidia_cdi_hook_path,
+        registrar_dir=args.kubelet_registrar_directory_path,
+        plugins_dir=args.kubelet_plugins_directory_path,
+        healthcheck_port=args.healthcheck_port, http_endpoint=args.http_endpoint,
+        metrics_path=args.metrics_path, gpu_clique_label=args.gpu_clique_label_enabled,
+        imex=imex, imex_host_socket_path=args.imex_host_socket_path,
+        imex_ctl_chroot=args.imex_ctl_chroot, gates=gates, proc_devices=args.proc_devices_path,
+        fabric_imex_mgmt=args.fabric_imex_mgmt_path, boot_id_file=args.boot_id_path,
+        nvml_source=source, prepare_window_s=args.prepare_timeout,
+        clique_refresh_s=args.clique_refresh_interval, cleanup_interval_s=args.cleanup_interval,
+    )

@@ -1,0 +1,420 @@
+"""Prepare and Unprepare of ComputeDomain claims: the state machine of reference §4.
+
+Each claim step runs under the node lock and is idempotent: configs are decoded and
+validated first (nothing is written for a bad claim), the checkpoint records
+PrepareStarted before any side effect and PrepareCompleted after the last one, so a crash
+anywhere leaves a state the next attempt or the next agent finishes or undoes. A workload
+claim whose IMEX daemon is not Ready yet releases the lock and waits on the watch that
+will report the daemon's readiness, then tries again at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, PreparedDevice, PreparedGroup
+from agent.plugin.claimconfig import Group, groups_for, parse_device
+from agent.plugin.errors import ClaimError, NotReadyError, PermanentError, RetryableError
+from agent.plugin.grpcserver import ClaimRef, PreparedDeviceResult, PrepareResult, RpcError
+from agent.plugin.metrics import PluginMetrics
+from agent.plugin.nodelock import NodeLock
+from api import names
+from api.opaque import ComputeDomainChannelConfig
+
+log = logging.getLogger(__name__)
+
+STARTED, COMPLETED, ABORTED = "PrepareStarted", "PrepareCompleted", "PrepareAborted"
+
+
+class Cluster(Protocol):
+    """What the driver needs to know and do in the API (fakes implement it in unit tests)."""
+
+    async def fetch_claim(self, ref: ClaimRef) -> dict[str, Any]: ...
+    async def claim_status(self, ref: ClaimRef) -> dict[str, Any]: ...
+    async def add_cd_label(self, cd_uid: str) -> None: ...
+    async def remove_cd_label(self, cd_uid: str) -> None: ...
+    def compute_domain(self, uid: str) -> dict[str, Any] | None: ...
+    def node_ready(self, cd_uid: str, clique_id: str) -> bool: ...
+    def generation(self) -> tuple[int, ...]: ...
+    async def wait_for_change(self, since: tuple[int, ...], timeout: float) -> None: ...
+
+
+class DeviceEdits(Protocol):
+    """CDI spec building and writing (agent.cdispecs), behind a seam for tests."""
+
+    def channel_edits(self, channels: range | list[int]) -> Any: ...
+    def daemon_edits(self, cd: dict[str, Any], clique_id: str) -> Any: ...
+    def write_claim_spec(self, claim_uid: str, devices: list[tuple[str, Any]]) -> bool: ...
+    def remove_claim_spec(self, claim_uid: str) -> None: ...
+    def claim_cdi_ids(self, claim_uid: str, device: str, has_edits: bool,
+                      daemon: bool) -> list[str]: ...
+    def check_claim_uid(self, claim_uid: str) -> None: ...
+    def spec_intact(self, claim_uid: str, devices: list[PreparedDeviceResult]) -> bool: ...
+    def remove_orphaned_specs(self, known_uids: set[str]) -> list[Path]: ...
+
+
+@dataclass
+class DriverSettings:
+    node_name: str
+    host_managed: bool
+    prepare_window_s: float
+    domains_dir: Path
+    imexd_template: bytes
+    clique_id: Callable[[], str]
+    host_probe: Callable[[], Awaitable[None]] | None = None
+
+
+class Driver:
+    def __init__(self, settings: DriverSettings, cluster: Cluster, edits: DeviceEdits,
+                 store: CheckpointStore, checkpoint: Checkpoint, lock: NodeLock,
+                 metrics: PluginMetrics | None = None) -> None:
+        self._s = settings
+        self._metrics = metrics
+        self._cluster = cluster
+        self._edits = edits
+        self._store = store
+        self.checkpoint = checkpoint
+        self._lock = lock
+        self.on_change: Callable[[Checkpoint], None] = lambda cp: None
+
+    # --- RPC entry points ------------------------------------------------------------
+
+    async def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
+        if not refs:  # the health check's probe call: not work, not counted
+            return {}
+        if self._metrics is None:
+            return await self._prepare(refs)
+        with self._metrics.request("prepare"):
+            results = await self._prepare(refs)
+        for result in results.values():
+            if result.error:
+                self._metrics.prepare_errors.labels(names.DRIVER_NAME, "prepare_devices").inc()
+        return results
+
+    async def unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
+        if self._metrics is None:
+            return await self._unprepare(refs)
+        with self._metrics.request("unprepare"):
+            results = await self._unprepare(refs)
+        for error in results.values():
+            if error:
+                self._metrics.unprepare_errors.labels(names.DRIVER_NAME,
+                                                      "unprepare_devices").inc()
+        return results
+
+    async def _prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
+        claims = [await self._cluster.fetch_claim(ref) for ref in refs]  # RpcError aborts
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._s.prepare_window_s
+        results = await asyncio.gather(*(self._prepare_until(ref, claim, deadline)
+                                         for ref, claim in zip(refs, claims, strict=True)))
+        return {ref.uid: r for ref, r in zip(refs, results, strict=True) if r is not None}
+
+    async def _unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._s.prepare_window_s
+        out: dict[str, str] = {}
+        for ref in refs:
+            error = await self._retry(lambda r=ref: self._unprepare_once(r), deadline, str(ref))
+            if error is not None:
+                out[ref.uid] = error
+        return out
+
+    # --- retry loop --------------------------------------------------------------------
+
+    async def _prepare_until(self, ref: ClaimRef, claim: dict[str, Any], deadline: float
+                             ) -> PrepareResult | None:
+        devices: list[PreparedDeviceResult] = []
+
+        async def once() -> None:
+            devices[:] = await self._prepare_once(ref, claim)
+
+        error = await self._retry(once, deadline, str(ref))
+        if error is None:
+            return None
+        if error:
+            return PrepareResult(error=error)
+        return PrepareResult(devices=tuple(devices))
+
+    async def _retry(self, step: Callable[[], Awaitable[None]], deadline: float, what: str
+                     ) -> str | None:
+        """'' on success, the message of a permanent error, None if still retrying at the
+        deadline (the claim is then left out of the response and kubelet calls again)."""
+        loop = asyncio.get_running_loop()
+        delay = 0.05
+        while True:
+            try:
+                await step()
+                return ""
+            except PermanentError as err:
+                log.error("%s: %s", what, err)
+                return str(err)
+            except NotReadyError as err:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    log.info("%s: still waiting at the end of this call: %s", what, err)
+                    return None
+                # A resync as safety net: re-check at least every 5 s even without events.
+                await self._cluster.wait_for_change(err.since, min(remaining, 5.0))
+            except RetryableError as err:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    log.warning("%s: giving up for this call: %s", what, err)
+                    return None
+                log.info("%s: %s (retrying)", what, err)
+                await asyncio.sleep(min(delay, remaining))
+                delay = min(delay * 2, 2.0)
+            except Exception as err:  # a bug: say so to kubelet instead of hanging the RPC
+                log.exception("%s: unexpected failure", what)
+                return f"internal error in compute-domain-agent: {err!r}"
+
+    # --- checkpoint ----------------------------------------------------------------------
+
+    def _save(self) -> None:
+        self._store.write(self.checkpoint)
+        if self._metrics is not None:
+            self._metrics.set_prepared(self.checkpoint.prepared_device_counts())
+        self.on_change(self.checkpoint)
+
+    # --- prepare ---------------------------------------------------------------------------
+
+    async def _prepare_once(self, ref: ClaimRef, claim: dict[str, Any]
+                            ) -> list[PreparedDeviceResult]:
+        self._edits.check_claim_uid(ref.uid)
+        async with self._lock.held():
+            return await self._prepare_locked(ref, claim)
+
+    async def _prepare_locked(self, ref: ClaimRef, claim: dict[str, Any]
+                              ) -> list[PreparedDeviceResult]:
+        status = claim.get("status") or {}
+        entry = self.checkpoint.claims.get(ref.uid)
+        if entry is not None and entry.state == COMPLETED and self._edits.spec_intact(
+                ref.uid, _results_from(entry)):
+            return _results_from(entry)
+        if entry is not None and entry.state == ABORTED and entry.status_matches(status):
+            raise PermanentError(f"stale prepare for claim {ref}: claim prepare was already "
+                                 "aborted")
+        groups = groups_for(status["allocation"])
+        for group in groups:
+            self._check_group(group)
+        self._check_overlap(ref.uid, status)
+        for group in groups:
+            self._check_ownership(ref.uid, group)
+            self._check_domain(ref, group)
+        self.checkpoint.claims[ref.uid] = ClaimEntry(
+            state=STARTED, status=status, prepared=None, name=ref.name,
+            namespace=ref.namespace, aborted_at=None)
+        self._save()
+        prepared: list[PreparedGroup] = []
+        spec_devices: list[tuple[str, Any]] = []
+        for group in groups:
+            prepared.append(await self._apply(ref, group, spec_devices))
+        has_spec = self._edits.write_claim_spec(ref.uid, spec_devices) if spec_devices else False
+        if not has_spec:
+            self._edits.remove_claim_spec(ref.uid)
+        self.checkpoint.claims[ref.uid] = ClaimEntry(
+            state=COMPLETED, status=status, prepared=prepared, name=ref.name,
+            namespace=ref.namespace, aborted_at=None)
+        self._save()
+        return _results_from(self.checkpoint.claims[ref.uid])
+
+    def _check_group(self, group: Group) -> None:
+        if group.is_channel:
+            if len(group.results) != 1:
+                raise PermanentError("applyComputeDomainChannelConfig: unexpected results: a "
+                                     f"channel config applies to exactly one device, got "
+                                     f"{len(group.results)}")
+            return
+        if self._s.host_managed:
+            raise PermanentError("ComputeDomain daemon claims are not supported when "
+                                 "imex.mode=hostManaged")
+        if len({r.get("device") for r in group.results}) != 1:
+            raise PermanentError("only expected 1 device for requests "
+                                 f"{sorted({r.get('request') for r in group.results})}")
+
+    def _check_overlap(self, uid: str, status: dict[str, Any]) -> None:
+        overlap = self.checkpoint.device_overlap(uid, status)
+        if overlap is not None:
+            device, owner = overlap
+            raise RetryableError(f"requested device {device} is already allocated to "
+                                 f"different claim {owner}")
+
+    def _check_ownership(self, uid: str, group: Group) -> None:
+        if not group.is_channel:
+            return
+        device = parse_device(group.results[0]["device"])
+        assert device is not None  # groups_for validated it
+        channel = device.id if self._s.host_managed else 0
+        owner = self.checkpoint.channel_owner(channel, exclude_uid=uid)
+        if owner is not None:
+            raise RetryableError(f"allocation failed: channel {channel} already allocated by "
+                                 f"claim {owner} (according to checkpoint)")
+
+    def _check_domain(self, ref: ClaimRef, group: Group) -> None:
+        uid = group.config.domain_id
+        cd = self._cluster.compute_domain(uid)
+        if cd is None:
+            raise RetryableError(f"ComputeDomain not found: {uid} (waiting for it to appear)")
+        if group.is_channel and cd["metadata"].get("namespace") != ref.namespace:
+            raise PermanentError(
+                "the ResourceClaim's namespace is different than the ComputeDomain's namespace "
+                f"({ref.namespace} != {cd['metadata'].get('namespace')}): create the workload in "
+                "the ComputeDomain's namespace")
+
+    async def _apply(self, ref: ClaimRef, group: Group, spec_devices: list[tuple[str, Any]]
+                     ) -> PreparedGroup:
+        cd_uid = group.config.domain_id
+        clique = self._s.clique_id()
+        result = group.results[0]
+        device = parse_device(result["device"])
+        assert device is not None
+        edits = None
+        if group.is_channel:
+            config = group.config
+            assert isinstance(config, ComputeDomainChannelConfig)
+            if self._s.host_managed:
+                if clique and self._s.host_probe is not None:
+                    try:
+                        await self._s.host_probe()
+                    except Exception as err:
+                        raise RetryableError(
+                            f"host nvidia-imex daemon readiness check failed: {err}") from None
+                if clique:
+                    edits = self._edits.channel_edits([device.id])
+            else:
+                await self._cluster.add_cd_label(cd_uid)
+                since = self._cluster.generation()
+                if not self._cluster.node_ready(cd_uid, clique):
+                    raise NotReadyError(
+                        f"current node not ready in ComputeDomain {cd_uid}: waiting for the "
+                        f"IMEX daemon on {self._s.node_name} to report Ready", since)
+                if clique:
+                    count = names.MAX_IMEX_CHANNELS if config.all_channels else 1
+                    edits = self._edits.channel_edits(range(count))
+                else:
+                    log.info("%s: node %s has no NVLink clique: no IMEX channel injected", ref,
+                             self._s.node_name)
+        else:
+            cd = self._cluster.compute_domain(cd_uid) or {}
+            self._ensure_domain_dir(cd_uid)
+            edits = self._edits.daemon_edits(cd, clique)
+        devices = []
+        for res in group.results:
+            name = res["device"]
+            daemon = not group.is_channel
+            cdi_ids = self._edits.claim_cdi_ids(ref.uid, name, edits is not None, daemon)
+            if edits is not None:
+                spec_devices.append((name, edits))
+            dev = parse_device(name)
+            assert dev is not None
+            devices.append(PreparedDevice(
+                kind=dev.kind, id=dev.id, requests=[res.get("request", "")],
+                pool=res.get("pool", ""), device=name, cdi_device_ids=cdi_ids))
+        return PreparedGroup(config_type=names.DEVICE_TYPE_CHANNEL if group.is_channel
+                             else names.DEVICE_TYPE_DAEMON, domain_id=cd_uid, devices=devices)
+
+    def _ensure_domain_dir(self, cd_uid: str) -> None:
+        directory = self._s.domains_dir / cd_uid
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        template = directory / names.IMEXD_CONFIG_TEMPLATE
+        if not template.exists() or template.read_bytes() != self._s.imexd_template:
+            tmp = directory / f".{names.IMEXD_CONFIG_TEMPLATE}.tmp"
+            tmp.write_bytes(self._s.imexd_template)
+            tmp.chmod(0o644)
+            tmp.replace(template)
+
+    # --- unprepare -------------------------------------------------------------------------
+
+    async def _unprepare_once(self, ref: ClaimRef) -> None:
+        self._edits.check_claim_uid(ref.uid)
+        async with self._lock.held():
+            entry = self.checkpoint.claims.get(ref.uid)
+            if entry is None or entry.state == ABORTED:
+                return
+            if entry.state not in (STARTED, COMPLETED):
+                raise PermanentError(f"unsupported ClaimCheckpointState {entry.state!r}")
+            status = entry.status or {}
+            if not status.get("allocation"):
+                status = await self._cluster.claim_status(ref)
+            await self._undo(status)
+            self._edits.remove_claim_spec(ref.uid)
+            if entry.state == COMPLETED:
+                del self.checkpoint.claims[ref.uid]
+            else:
+                self.checkpoint.claims[ref.uid] = ClaimEntry(
+                    state=ABORTED, status=entry.status, prepared=None, name=ref.name,
+                    namespace=ref.namespace, aborted_at=datetime.now(UTC).replace(microsecond=0))
+            self._save()
+
+    async def _undo(self, status: dict[str, Any]) -> None:
+        if self._s.host_managed:
+            return
+        try:
+            groups = groups_for(status["allocation"], strict=False)
+        except ClaimError as err:
+            log.warning("unprepare: stored allocation no longer decodes (%s); nothing to undo",
+                        err)
+            return
+        for group in groups:
+            if group.is_channel:
+                await self._cluster.remove_cd_label(group.config.domain_id)
+
+
+class Maintenance:
+    """The periodic clean-up of §6, plus orphaned CDI files and domain directories."""
+
+    def __init__(self, driver: Driver, claim_exists: Callable[[ClaimRef], Awaitable[bool]],
+                 domain_exists: Callable[[str], bool], domains_dir: Path) -> None:
+        self._driver = driver
+        self._claim_exists = claim_exists
+        self._domain_exists = domain_exists
+        self._domains_dir = domains_dir
+
+    async def run_once(self) -> dict[str, int]:
+        d = self._driver
+        stale = []
+        for uid, entry in list(d.checkpoint.claims.items()):
+            if entry.state != STARTED or not entry.name:
+                continue
+            ref = ClaimRef(entry.namespace, uid, entry.name)
+            try:
+                if not await self._claim_exists(ref):
+                    stale.append(ref)
+            except Exception as err:  # API trouble: try again next time
+                log.info("cleanup: cannot check claim %s: %s", ref, err)
+        if stale:
+            await d.unprepare(stale)
+        async with d._lock.held():
+            expired = d.checkpoint.delete_expired_tombstones(datetime.now(UTC))
+            if expired:
+                d._save()
+            known = {u for u, e in d.checkpoint.claims.items() if e.state != ABORTED}
+            orphans = d._edits.remove_orphaned_specs(known)
+        removed_domains = 0
+        if self._domains_dir.is_dir():
+            for child in self._domains_dir.iterdir():
+                if child.is_dir() and not self._domain_exists(child.name):
+                    await asyncio.to_thread(shutil.rmtree, child, True)
+                    removed_domains += 1
+        counts = {"stale": len(stale), "tombstones": len(expired), "orphans": len(orphans),
+                  "domains": removed_domains}
+        if any(counts.values()):
+            log.info("cleanup: %s", counts)
+        return counts
+
+
+def _results_from(entry: ClaimEntry) -> list[PreparedDeviceResult]:
+    return [PreparedDeviceResult(requests=tuple(d.requests), pool=d.pool, device=d.device,
+                                 cdi_device_ids=tuple(d.cdi_device_ids),
+                                 share_id=getattr(d, "share_id", None))
+            for g in entry.prepared or () for d in g.devices]
+
+
+__all__ = ["Driver", "DriverSettings", "RpcError"]

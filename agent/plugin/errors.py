@@ -1,0 +1,29 @@
+"""Per-claim outcomes: a permanent error goes back to kubelet at once; a retryable one is
+retried inside the Prepare window (and the claim is left out of the response if the
+window ends first, so kubelet calls again)."""
+
+from __future__ import annotations
+
+
+class ClaimError(Exception):
+    permanent = False
+
+
+class PermanentError(ClaimError):
+    permanent = True
+
+
+class RetryableError(ClaimError):
+    pass
+
+
+class NotReadyError(RetryableError):
+    """This node's IMEX daemon is not Ready yet: wait for a change, then try again.
+
+    `since` is the watch generation observed before the failed check, so a change that
+    lands between the check and the wait is never missed.
+    """
+
+    def __init__(self, message: str, since: tuple[int, ...]) -> None:
+        super().__init__(message)
+        self.since = since

@@ -1,0 +1,216 @@
+"""kubelet's two gRPC services on unix sockets: plugin registration and the DRA node service.
+
+The DRA server starts before the registration socket appears, so kubelet never learns
+about a plugin it cannot call. Both sockets are removed when the agent stops, which is
+how kubelet notices that the plugin is gone. RPCs run concurrently on the event loop:
+a workload's Prepare waiting for its IMEX daemon never blocks the daemon's own Prepare.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+
+from api import names
+from api.kubelet.dra.v1 import api_pb2 as v1
+from api.kubelet.dra.v1 import api_pb2_grpc as v1_grpc
+from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
+from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from api.kubelet.pluginregistration import api_pb2 as reg
+from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    uid: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}:{self.uid}"
+
+
+@dataclass(frozen=True)
+class PreparedDeviceResult:
+    requests: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    devices: tuple[PreparedDeviceResult, ...] = ()
+    error: str = ""
+
+
+class RpcError(Exception):
+    """Fails a whole RPC (kubelet ignores the response and retries)."""
+
+
+class ClaimDriver(Protocol):
+    async def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]: ...
+
+    async def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]: ...
+
+
+def _strip_subrequest(name: str) -> str:
+    return name.split("/", 1)[0]
+
+
+class DraV1(v1_grpc.DRAPluginServicer):
+    def __init__(self, driver: ClaimDriver) -> None:
+        self._driver = driver
+
+    async def NodePrepareResources(self, request: v1.NodePrepareResourcesRequest,
+                                   context: grpc.aio.ServicerContext
+                                   ) -> v1.NodePrepareResourcesResponse:
+        refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
+        try:
+            results = await self._driver.prepare(refs)
+        except RpcError as err:
+            await context.abort(grpc.StatusCode.UNKNOWN, f"prepare resource claims: {err}")
+        response = v1.NodePrepareResourcesResponse()
+        for uid, result in results.items():
+            entry = response.claims[uid]
+            entry.error = result.error
+            if result.error:
+                continue
+            for dev in result.devices:
+                device = entry.devices.add(
+                    request_names=[_strip_subrequest(r) for r in dev.requests],
+                    pool_name=dev.pool, device_name=dev.device,
+                    cdi_device_ids=list(dev.cdi_device_ids))
+                if dev.share_id is not None:
+                    device.share_id = dev.share_id
+        return response
+
+    async def NodeUnprepareResources(self, request: v1.NodeUnprepareResourcesRequest,
+                                     context: grpc.aio.ServicerContext
+                                     ) -> v1.NodeUnprepareResourcesResponse:
+        refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
+        try:
+            results = await self._driver.unprepare(refs)
+        except RpcError as err:
+            await context.abort(grpc.StatusCode.UNKNOWN, f"unprepare resource claims: {err}")
+        response = v1.NodeUnprepareResourcesResponse()
+        for uid, error in results.items():
+            response.claims[uid].error = error
+        return response
+
+
+class DraV1beta1(v1beta1_grpc.DRAPluginServicer):
+    """v1beta1 is v1 without share_id: convert, delegate, convert back."""
+
+    def __init__(self, v1_service: DraV1) -> None:
+        self._v1 = v1_service
+
+    async def NodePrepareResources(self, request: v1beta1.NodePrepareResourcesRequest,
+                                   context: grpc.aio.ServicerContext
+                                   ) -> v1beta1.NodePrepareResourcesResponse:
+        converted = v1.NodePrepareResourcesRequest.FromString(request.SerializeToString())
+        result = await self._v1.NodePrepareResources(converted, context)
+        response = v1beta1.NodePrepareResourcesResponse()
+        for uid, claim in result.claims.items():
+            entry = response.claims[uid]
+            entry.error = claim.error
+            for dev in claim.devices:
+                entry.devices.add(request_names=list(dev.request_names), pool_name=dev.pool_name,
+                                  device_name=dev.device_name,
+                                  cdi_device_ids=list(dev.cdi_device_ids))
+        return response
+
+    async def NodeUnprepareResources(self, request: v1beta1.NodeUnprepareResourcesRequest,
+                                     context: grpc.aio.ServicerContext
+                                     ) -> v1beta1.NodeUnprepareResourcesResponse:
+        converted = v1.NodeUnprepareResourcesRequest.FromString(request.SerializeToString())
+        result = await self._v1.NodeUnprepareResources(converted, context)
+        return v1beta1.NodeUnprepareResourcesResponse.FromString(result.SerializeToString())
+
+
+@dataclass
+class RegistrationState:
+    registered: bool = False
+    error: str = ""
+    calls: int = 0
+    history: list[tuple[bool, str]] = field(default_factory=list)
+
+
+class Registration(reg_grpc.RegistrationServicer):
+    def __init__(self, dra_socket: Path, state: RegistrationState) -> None:
+        self._endpoint = str(dra_socket)
+        self._state = state
+
+    async def GetInfo(self, request: reg.InfoRequest, context: grpc.aio.ServicerContext
+                      ) -> reg.PluginInfo:
+        return reg.PluginInfo(type=names.PLUGIN_TYPE_DRA, name=names.DRIVER_NAME,
+                              endpoint=self._endpoint,
+                              supported_versions=list(names.SUPPORTED_DRA_SERVICES))
+
+    async def NotifyRegistrationStatus(self, request: reg.RegistrationStatus,
+                                       context: grpc.aio.ServicerContext
+                                       ) -> reg.RegistrationStatusResponse:
+        self._state.calls += 1
+        self._state.registered = request.plugin_registered
+        self._state.error = request.error
+        self._state.history.append((request.plugin_registered, request.error))
+        if not request.plugin_registered:
+            log.error("kubelet refused the plugin registration: %s", request.error)
+            await context.abort(grpc.StatusCode.UNKNOWN,
+                                f"failed registration process: {request.error}")
+        log.info("registered with kubelet")
+        return reg.RegistrationStatusResponse()
+
+
+def _remove_stale(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+class KubeletServers:
+    """Owns both gRPC servers and their socket files."""
+
+    def __init__(self, driver: ClaimDriver, dra_socket: Path, registration_socket: Path
+                 ) -> None:
+        self.dra_socket = dra_socket
+        self.registration_socket = registration_socket
+        self.registration = RegistrationState()
+        self._driver = driver
+        self._dra: grpc.aio.Server | None = None
+        self._reg: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        for sock in (self.dra_socket, self.registration_socket):
+            sock.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale(sock)
+        v1_service = DraV1(self._driver)
+        self._dra = grpc.aio.server()
+        v1_grpc.add_DRAPluginServicer_to_server(v1_service, self._dra)
+        v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1(v1_service), self._dra)
+        self._dra.add_insecure_port(f"unix://{self.dra_socket}")
+        await self._dra.start()
+        self.dra_socket.chmod(0o660)
+        self._reg = grpc.aio.server()
+        reg_grpc.add_RegistrationServicer_to_server(
+            Registration(self.dra_socket, self.registration), self._reg)
+        self._reg.add_insecure_port(f"unix://{self.registration_socket}")
+        await self._reg.start()
+        self.registration_socket.chmod(0o660)
+        log.info("serving DRA on %s and registration on %s", self.dra_socket,
+                 self.registration_socket)
+
+    async def stop(self, grace: float = 2.0) -> None:
+        # Registration first, so kubelet stops sending new work before the DRA socket goes.
+        for server in (self._reg, self._dra):
+            if server is not None:
+                await server.stop(grace)
+        for sock in (self.registration_socket, self.dra_socket):
+            _remove_stale(sock)

@@ -1,0 +1,64 @@
+"""Standard gRPC health (`grpc.health.v1.Health/Check`) that exercises both kubelet sockets.
+
+A liveness probe that only checks "the process is up" misses the failure that matters:
+kubelet cannot reach the plugin. Each check makes the two calls kubelet makes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
+from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from api.kubelet.pluginregistration import api_pb2 as reg
+from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+
+log = logging.getLogger(__name__)
+SERVICES = ("", "liveness")
+
+
+class PluginHealth(health_pb2_grpc.HealthServicer):
+    def __init__(self, registration_socket: Path, dra_socket: Path, timeout: float = 5.0):
+        self._reg = registration_socket
+        self._dra = dra_socket
+        self._timeout = timeout
+
+    async def Check(self, request: health_pb2.HealthCheckRequest,
+                    context: grpc.aio.ServicerContext) -> health_pb2.HealthCheckResponse:
+        if request.service not in SERVICES:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+        serving = health_pb2.HealthCheckResponse.SERVING
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{self._reg}") as channel:
+                await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest(),
+                                                                 timeout=self._timeout)
+            async with grpc.aio.insecure_channel(f"unix://{self._dra}") as channel:
+                await v1beta1_grpc.DRAPluginStub(channel).NodePrepareResources(
+                    v1beta1.NodePrepareResourcesRequest(), timeout=self._timeout)
+        except grpc.aio.AioRpcError as err:
+            log.warning("health check failed: %s %s", err.code(), err.details())
+            serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        return health_pb2.HealthCheckResponse(status=serving)
+
+
+class HealthServer:
+    def __init__(self, port: int, registration_socket: Path, dra_socket: Path) -> None:
+        self._port = port
+        self._servicer = PluginHealth(registration_socket, dra_socket)
+        self._server: grpc.aio.Server | None = None
+        self.port = -1
+
+    async def start(self) -> None:
+        self._server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self._servicer, self._server)
+        self.port = self._server.add_insecure_port(f"[::]:{self._port}")
+        await self._server.start()
+        log.info("gRPC health server on port %d", self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(1.0)

@@ -1,0 +1,124 @@
+"""The API writes the plugin makes about its own node: claims, the CD label, the clique label.
+
+Every write is idempotent, and a 409 re-reads the object and tries again at once (with a
+little jitter) instead of backing off on a stale copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+import orjson
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from agent.kube import call
+from agent.plugin.errors import PermanentError, RetryableError
+from agent.plugin.grpcserver import ClaimRef, RpcError
+from api import names
+
+log = logging.getLogger(__name__)
+_CONFLICT_RETRIES = 8
+
+
+class NodeOps:
+    def __init__(self, api: client.ApiClient, node_name: str) -> None:
+        self._api = api
+        self._core = client.CoreV1Api(api)
+        self._resource = client.ResourceV1Api(api)
+        self.node_name = node_name
+
+    # --- claims ------------------------------------------------------------------------
+
+    async def _read_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        """The claim's JSON exactly as the API server sent it (the checkpoint stores its
+        status verbatim, so a node can switch back to the reference driver)."""
+        resp = await call(self._resource.read_namespaced_resource_claim, ref.name,
+                          ref.namespace, _request_timeout=20, _preload_content=False)
+        return orjson.loads(resp.data)
+
+    async def fetch_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        """The claim as JSON; RpcError (whole RPC fails) as the reference's helper does."""
+        try:
+            data = await self._read_claim(ref)
+        except ApiException as err:
+            raise RpcError(f"retrieve claim {ref.namespace}/{ref.name}: {err.status} "
+                           f"{err.reason}") from None
+        except Exception as err:
+            raise RpcError(f"retrieve claim {ref.namespace}/{ref.name}: {err}") from None
+        if not (data.get("status") or {}).get("allocation"):
+            raise RpcError(f"claim {ref.namespace}/{ref.name} not allocated")
+        if data["metadata"].get("uid") != ref.uid:
+            raise RpcError(f"claim {ref.namespace}/{ref.name} got replaced")
+        return data
+
+    async def claim_exists(self, ref: ClaimRef) -> bool:
+        """False when the claim is gone or replaced (a stale PrepareStarted entry)."""
+        try:
+            claim = await call(self._resource.read_namespaced_resource_claim, ref.name,
+                               ref.namespace, _request_timeout=20)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return claim.metadata.uid == ref.uid
+
+    async def claim_status(self, ref: ClaimRef) -> dict[str, Any]:
+        """For unprepare of a legacy checkpoint entry without stored allocation."""
+        try:
+            data = await self._read_claim(ref)
+        except ApiException as err:
+            raise PermanentError(f"retrieve claim {ref}: {err.status} {err.reason}") from None
+        if not (data.get("status") or {}).get("allocation"):
+            raise PermanentError(f"claim {ref} not allocated")
+        return data["status"]
+
+    # --- node labels -------------------------------------------------------------------
+
+    async def _update_label(self, key: str, want: str | None, *, only_if: str | None = None,
+                            refuse_other: bool = False) -> None:
+        for _ in range(_CONFLICT_RETRIES):
+            node = await call(self._core.read_node, self.node_name, _request_timeout=20)
+            labels = dict(node.metadata.labels or {})
+            current = labels.get(key)
+            if current == want:
+                return
+            if want is None and only_if is not None and current != only_if:
+                return
+            if refuse_other and current is not None and current != want:
+                raise RetryableError(
+                    f"label already exists for a different ComputeDomain: node "
+                    f"{self.node_name} has {key}={current}; a workload of that ComputeDomain "
+                    "still runs here (or its label was left behind)")
+            if want is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = want
+            node.metadata.labels = labels
+            try:
+                await call(self._core.replace_node, self.node_name, node, _request_timeout=20)
+                return
+            except ApiException as err:
+                if err.status != 409:
+                    raise RetryableError(f"update node {self.node_name}: {err.status} "
+                                         f"{err.reason}") from None
+                await asyncio.sleep(random.uniform(0, 0.02))
+        raise RetryableError(f"update node {self.node_name}: too many conflicting writers")
+
+    async def add_cd_label(self, cd_uid: str) -> None:
+        await self._update_label(names.LABEL_COMPUTE_DOMAIN, cd_uid, refuse_other=True)
+
+    async def remove_cd_label(self, cd_uid: str) -> None:
+        await self._update_label(names.LABEL_COMPUTE_DOMAIN, None, only_if=cd_uid)
+
+    async def set_clique_label(self, clique_id: str | None) -> None:
+        """`nvidia.com/gpu.clique` by merge patch (None removes it), as the reference does."""
+        body = {"metadata": {"labels": {names.LABEL_GPU_CLIQUE: clique_id}}}
+        await call(self._core.patch_node, self.node_name, body, _request_timeout=20)
+
+    async def node_uid(self) -> str:
+        node = await call(self._core.read_node, self.node_name, _request_timeout=20)
+        return node.metadata.uid

@@ -1,0 +1,114 @@
+"""The node's ResourceSlice: `channel-0` (and `daemon-0` when driver-managed).
+
+Published at start and kept right: a slice that drifts (someone edited or deleted it, or
+the node was recreated with a new UID) is put back on the next reconcile, which runs
+periodically and whenever a watch on this node's slices reports a change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from agent.kube import call
+from api import names
+
+log = logging.getLogger(__name__)
+
+
+def desired_devices(*, host_managed: bool) -> list[dict[str, Any]]:
+    def device(kind: str) -> dict[str, Any]:
+        return {"name": f"{kind}-0", "attributes": {
+            names.ATTRIBUTE_TYPE: {"string": kind}, names.ATTRIBUTE_ID: {"int": 0}}}
+    devices = [device(names.DEVICE_TYPE_CHANNEL)]
+    if not host_managed:
+        devices.append(device(names.DEVICE_TYPE_DAEMON))
+    return devices
+
+
+class SlicePublisher:
+    def __init__(self, api: client.ApiClient, node_name: str, *, host_managed: bool,
+                 resync_s: float = 30.0) -> None:
+        self._api = api
+        self._resource = client.ResourceV1Api(api)
+        self._core = client.CoreV1Api(api)
+        self._node = node_name
+        self._devices = desired_devices(host_managed=host_managed)
+        self._resync = resync_s
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.published: dict[str, Any] | None = None
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self._node},spec.driver={names.DRIVER_NAME}"
+
+    async def reconcile(self) -> dict[str, Any]:
+        """Create, fix or de-duplicate this node's slice; returns the slice as JSON."""
+        node = await call(self._core.read_node, self._node, _request_timeout=20)
+        owner = {"apiVersion": "v1", "kind": "Node", "name": self._node,
+                 "uid": node.metadata.uid, "controller": True}
+        listing = await call(self._resource.list_resource_slice,
+                             field_selector=self._selector(), _request_timeout=20)
+        slices = [self._api.sanitize_for_serialization(s) for s in listing.items]
+        keep = None
+        for item in sorted(slices, key=lambda s: s["metadata"]["name"]):
+            if keep is None and self._matches(item, owner):
+                keep = item
+                continue
+            with contextlib.suppress(ApiException):
+                await call(self._resource.delete_resource_slice, item["metadata"]["name"],
+                           _request_timeout=20)
+        if keep is None:
+            generation = 1 + max((s["spec"].get("pool", {}).get("generation", 0)
+                                  for s in slices), default=0)
+            body = {
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"generateName": f"00000-{names.DRIVER_NAME}-{self._node}-",
+                             "ownerReferences": [owner]},
+                "spec": {"driver": names.DRIVER_NAME, "nodeName": self._node,
+                         "pool": {"name": self._node, "generation": generation,
+                                  "resourceSliceCount": 1},
+                         "devices": self._devices},
+            }
+            created = await call(self._resource.create_resource_slice, body,
+                                 _request_timeout=20)
+            keep = self._api.sanitize_for_serialization(created)
+            log.info("published ResourceSlice %s with %s", keep["metadata"]["name"],
+                     ", ".join(d["name"] for d in self._devices))
+        self.published = keep
+        return keep
+
+    def _matches(self, item: dict[str, Any], owner: dict[str, Any]) -> bool:
+        spec = item.get("spec") or {}
+        owners = item["metadata"].get("ownerReferences") or []
+        return (spec.get("devices") == self._devices
+                and (spec.get("pool") or {}).get("name") == self._node
+                and (spec.get("pool") or {}).get("resourceSliceCount") == 1
+                and any(o.get("uid") == owner["uid"] for o in owners))
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.reconcile()
+            except Exception as err:  # keep serving; the next pass retries
+                log.warning("publishing the ResourceSlice failed: %s", err)
+            self._kick.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self._resync)

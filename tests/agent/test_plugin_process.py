@@ -1,0 +1,197 @@
+"""The agent as a real process: fatal start-up errors, crash recovery, health and metrics."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plugin_env import (
+    DRIVER_NS,
+    AgentProcess,
+    AgentThread,
+    ClusterObjects,
+    Kubelet,
+    NodeEnv,
+    channel_params,
+    daemon_params,
+)
+
+from agent.checkpoint import CheckpointStore
+from api import names
+
+NODE = "node-a"
+AGENT = Path(sys.executable).parent / "compute-domain-agent"
+
+
+@pytest.fixture
+def short_dir():
+    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(k8s, project_crds) -> ClusterObjects:
+    objects = ClusterObjects(k8s)
+    objects.namespace(DRIVER_NS)
+    objects.node(NODE)
+    return objects
+
+
+def run_agent(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([AGENT, "plugin", *args], capture_output=True, text=True, timeout=60,
+                          env=env)
+
+
+def test_fatal_start_up_errors_are_one_line_that_says_what_to_fix(apiserver, cluster,
+                                                                    short_dir, tmp_path):
+    node = NodeEnv(short_dir / "n")
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kc")
+    (node.root / "proc-devices").write_text("Character devices:\n195 nvidia\n\nBlock devices:\n")
+    out = run_agent(node.args(kubeconfig))
+    assert out.returncode == 1
+    assert 'no "nvidia-caps-imex-channels" character device' in out.stderr
+    out = run_agent([*node.args(kubeconfig), "--feature-gates", "Bogus=true"])
+    assert out.returncode == 1 and "unrecognized feature gate 'Bogus'" in out.stderr
+    out = run_agent([*node.args(kubeconfig), "--imex-mode", "hostManaged"])
+    assert out.returncode == 1
+    assert 'imex.mode="hostManaged" requires the HostManagedIMEXDaemon feature gate' in out.stderr
+    out = run_agent([a for a in node.args(kubeconfig) if a not in ("--node-name", NODE)])
+    assert out.returncode == 2 and "--node-name" in out.stderr
+    out = run_agent(node.args(kubeconfig), env={"PREPARE_TIMEOUT": "soon", "PATH": "/usr/bin"})
+    assert out.returncode != 0 and "PREPARE_TIMEOUT" in out.stderr
+
+
+def test_health_and_metrics_endpoints(apiserver, cluster, short_dir, tmp_path):
+    node = NodeEnv(short_dir / "n", extra_args=["--healthcheck-port", "0",
+                                                "--http-endpoint", "127.0.0.1:0"])
+    agent = AgentThread(node.config(apiserver.write_kubeconfig(tmp_path / "kc")))
+    try:
+        port = agent.app.health.port
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "liveness"):
+                resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+                assert resp.status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Check(health_pb2.HealthCheckRequest(service="other"), timeout=10)
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        cd = cluster.compute_domain("cd1")
+        claim = cluster.claim("d", DRIVER_NS, NODE, device="daemon-0", request="daemon",
+                              parameters=daemon_params(cd["metadata"]["uid"]))
+        Kubelet(node).prepare([claim])
+        url = f"http://127.0.0.1:{agent.app.metrics_server.port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert ('nvidia_dra_requests_total{driver="compute-domain.nvidia.com",'
+                'operation="prepare"} 1.0') in text
+        assert ('nvidia_dra_prepared_devices{device_type="daemon",'
+                'driver="compute-domain.nvidia.com",node="node-a"} 1.0') in text
+    finally:
+        agent.close()
+
+
+def test_a_reference_written_checkpoint_is_honoured(apiserver, cluster, short_dir, tmp_path):
+    """A node switching from the reference driver keeps its prepared claims."""
+    from agent.checkpoint import Checkpoint, ClaimEntry, PreparedDevice, PreparedGroup
+
+    node = NodeEnv(short_dir / "n")
+    cd = cluster.compute_domain("cd1")
+    claim = cluster.claim("d", DRIVER_NS, NODE, device="daemon-0", request="daemon",
+                          parameters=daemon_params(cd["metadata"]["uid"]))
+    uid = claim["metadata"]["uid"]
+    ids = ["k8s.compute-domain.nvidia.com/device=all"]
+    node.plugin_dir.mkdir(parents=True)
+    boot_id = (node.root / "boot_id").read_text().strip()
+    CheckpointStore(node.plugin_dir / "checkpoint.json").write(Checkpoint(
+        claims={uid: ClaimEntry(state="PrepareCompleted", status=claim["status"], prepared=[
+            PreparedGroup(config_type="daemon", domain_id=cd["metadata"]["uid"], devices=[
+                PreparedDevice(kind="daemon", id=0, requests=["daemon"], pool=NODE,
+                               device="daemon-0", cdi_device_ids=ids)])],
+            name="d", namespace=DRIVER_NS)}, boot_id=boot_id))
+    agent = AgentThread(node.config(apiserver.write_kubeconfig(tmp_path / "kc")))
+    try:
+        resp = Kubelet(node).prepare([claim])
+        assert list(resp.claims[uid].devices[0].cdi_device_ids) == ids
+    finally:
+        agent.close()
+
+
+def test_kill_9_at_random_points_leaves_recoverable_state(apiserver, cluster, short_dir,
+                                                          tmp_path):
+    node = NodeEnv(short_dir / "n")
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kc")
+    cd = cluster.compute_domain("cd1")
+    cd_uid = cd["metadata"]["uid"]
+    cluster.set_clique_daemon(cd_uid, node.clique_id, NODE, "Ready")
+    claims = [cluster.claim("daemon", DRIVER_NS, NODE, device="daemon-0", request="daemon",
+                            parameters=daemon_params(cd_uid)),
+              cluster.claim("wl", "default", NODE, device="channel-0", request="channel",
+                            parameters=channel_params(cd_uid, "All"))]
+    kubelet = Kubelet(node)
+    rng = random.Random(1234)
+    expected: dict[str, list[str]] = {}
+    for _ in range(6):
+        agent = AgentProcess(node, kubeconfig)
+        stop = threading.Event()
+
+        def churn(stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                try:
+                    for claim in claims:
+                        kubelet.prepare([claim], timeout=10)
+                    if rng.random() < 0.5:
+                        kubelet.unprepare(claims)
+                except grpc.RpcError:
+                    return
+
+        worker = threading.Thread(target=churn)
+        worker.start()
+        time.sleep(rng.uniform(0.05, 0.6))
+        agent.kill()
+        stop.set()
+        worker.join(30)
+        # Recovery: the checkpoint verifies, a re-Prepare gives the same CDI IDs as ever.
+        CheckpointStore(node.plugin_dir / "checkpoint.json").read()
+        agent = AgentProcess(node, kubeconfig)
+        try:
+            for claim in claims:
+                uid = claim["metadata"]["uid"]
+                result = kubelet.prepare([claim]).claims[uid]
+                assert result.error == ""
+                got = list(result.devices[0].cdi_device_ids)
+                assert expected.setdefault(uid, got) == got
+                for cdi_id in got:
+                    if "/claim=" in cdi_id:
+                        spec = node.root / "cdi" / f"k8s.compute-domain.nvidia.com-claim_{uid}.yaml"
+                        devices = yaml.safe_load(spec.read_text())["devices"]
+                        assert cdi_id.split("=", 1)[1] in [d["name"] for d in devices]
+        finally:
+            agent.kill()
+    agent = AgentProcess(node, kubeconfig)
+    try:
+        un = kubelet.unprepare(claims)
+        errors = {u: c.error for u, c in un.claims.items()}
+        assert errors == {c["metadata"]["uid"]: "" for c in claims}
+        assert node.cdi_files() == ["k8s.compute-domain.nvidia.com-device_base.yaml"]
+        assert names.LABEL_COMPUTE_DOMAIN not in cluster.node_labels(NODE)
+        cp = CheckpointStore(node.plugin_dir / "checkpoint.json").read()
+        assert all(e.state == "PrepareAborted" for e in cp.claims.values())
+    finally:
+        code = agent.terminate()
+    assert code == 0, agent.log.read_text()[-3000:]
+    assert not node.dra_socket.exists()
