@@ -78,8 +78,10 @@ def rule_problem(rule: Any) -> str | None:
     return None
 
 
-def _rule_field_path(field_path: str) -> list[str] | None:
-    """`.a.b` or `['a'].b` into property names; None if malformed."""
+def _rule_field_path(field_path: Any) -> list[str] | None:
+    """`.a.b` or `['a'].b` into property names; None if malformed (or not a string)."""
+    if not isinstance(field_path, str):
+        return None
     parts: list[str] = []
     rest = field_path
     while rest:

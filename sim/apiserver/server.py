@@ -501,6 +501,11 @@ class ApiServer:
         if not raw:
             return None
         ctype = request.content_type
+        if "protobuf" in ctype or "cbor" in ctype:
+            raise errors.ApiError(
+                415, "UnsupportedMediaType",
+                f"the emulator accepts JSON bodies only, not {ctype} (kubectl: use `create -f` "
+                "with a manifest instead of the create generators)")
         if ctype.endswith("yaml"):
             import yaml  # only apply-patch bodies are YAML
 

@@ -206,3 +206,13 @@ def test_field_validation_strict_refuses_unknown_fields(apiserver, k8s, project_
     warned = http.request("POST", url, body=body, headers={"Content-Type": "application/json"})
     assert warned.status == 201
     assert 'unknown field \\"spec.bogus\\"' in warned.headers["Warning"]
+
+
+def test_non_json_bodies_are_415(apiserver, k8s):
+    import urllib3
+
+    resp = urllib3.PoolManager().request(
+        "POST", apiserver.url + "/api/v1/namespaces/default/configmaps", body=b"\x0a\x00",
+        headers={"Content-Type": "application/vnd.kubernetes.protobuf"})
+    assert resp.status == 415
+    assert "accepts JSON bodies only" in json.loads(resp.data)["message"]

@@ -204,3 +204,19 @@ def test_crd_resource_info_defaults() -> None:
     assert v1.scale is not None and v1.scale.spec_replicas_path == ".spec.replicas"
     assert [c.name for c in v1.printer_columns] == ["Age"]  # the implicit column
     assert info.version("v2") is None
+
+
+def test_non_string_field_path_is_a_cause_not_a_crash():
+    from sim.apiserver.crd_validation import validate_crd
+
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "things.example.com"},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"plural": "things", "singular": "thing", "kind": "Thing",
+                              "listKind": "ThingList"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                        "openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                            "type": "object", "x-kubernetes-validations": [
+                                {"rule": "self == oldSelf", "fieldPath": ["x"]}]}}}}}]}}
+    causes = validate_crd(crd)
+    assert any("fieldPath" in c.field for c in causes)
