@@ -48,8 +48,11 @@ class Informer:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, list_fn: Callable[..., Any],
                  key: Callable[[dict[str, Any]], str], name: str,
-                 list_kwargs: dict[str, Any] | None = None) -> None:
+                 list_kwargs: dict[str, Any] | None = None,
+                 to_dict: Callable[[Any], dict[str, Any]] | None = None) -> None:
         self._loop = loop
+        # Built-in kinds come back as client models; custom objects already are dicts.
+        self._to_dict = to_dict or (lambda obj: obj)
         self._list_fn = list_fn
         self._kwargs = list_kwargs or {}
         self._key = key
@@ -115,8 +118,8 @@ class Informer:
         delay = 0.2
         while not self._stop.is_set():
             try:
-                listing = self._list_fn(**self._kwargs, _request_timeout=30)
-                self._post(self._replace, list(listing.get("items") or []))
+                listing = self._to_dict(self._list_fn(**self._kwargs, _request_timeout=30))
+                self._post(self._replace, [self._to_dict(o) for o in listing.get("items") or []])
                 rv = listing["metadata"]["resourceVersion"]
                 stream = watch.Watch()
                 for event in stream.stream(self._list_fn, **self._kwargs, resource_version=rv,
@@ -126,7 +129,7 @@ class Informer:
                         stream.stop()
                         break
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self._post(self._apply, event["type"], event["object"])
+                        self._post(self._apply, event["type"], self._to_dict(event["object"]))
                 delay = 0.2
             except ApiException as err:
                 if err.status != 410:

@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from agent.kube import call
+from agent.kube import Informer, call
 from api import names
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,8 @@ class SlicePublisher:
         self._resync = resync_s
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._watch: Informer | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self.published: dict[str, Any] | None = None
 
     def _selector(self) -> str:
@@ -95,9 +97,32 @@ class SlicePublisher:
         self._kick.set()
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        self._watch = Informer(
+            loop, self._resource.list_resource_slice, lambda o: o["metadata"]["name"],
+            "resourceslices", {"field_selector": self._selector()},
+            to_dict=self._api.sanitize_for_serialization)
+        self._watch.start()
+        self._task = loop.create_task(self._run())
+        self._watch_task = loop.create_task(self._kick_on_change())
+
+    async def _kick_on_change(self) -> None:
+        """Any change to this node's slices triggers a reconcile; a reconcile that finds the
+        slice right writes nothing, so our own writes settle after one extra pass."""
+        assert self._watch is not None
+        seen = self._watch.version
+        while True:
+            await self._watch.changed(seen)
+            seen = self._watch.version
+            self.kick()
 
     async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

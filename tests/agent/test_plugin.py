@@ -96,9 +96,24 @@ def test_resource_slice_is_published_and_repaired(agent, k8s):
     assert spec.devices[0].attributes["id"].int == 0
     assert slices[0].metadata.owner_references[0].kind == "Node"
     resource.delete_resource_slice(slices[0].metadata.name)
-    agent.run(agent.app.slices.reconcile())
-    again = resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+    deadline = time.monotonic() + 10
+    while True:  # put back by the watch, well before the periodic resync
+        again = resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+        if again:
+            break
+        assert time.monotonic() < deadline, "the deleted slice was not republished"
+        time.sleep(0.05)
     assert len(again) == 1 and again[0].metadata.name != slices[0].metadata.name
+    edited = resource.read_resource_slice(again[0].metadata.name)
+    edited.spec.devices = edited.spec.devices[:1]
+    resource.replace_resource_slice(edited.metadata.name, edited)
+    deadline = time.monotonic() + 10
+    while True:
+        now = resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+        if len(now) == 1 and [d.name for d in now[0].spec.devices] == ["channel-0", "daemon-0"]:
+            break
+        assert time.monotonic() < deadline, "the edited slice was not repaired"
+        time.sleep(0.05)
 
 
 def test_daemon_claim_gets_identity_mount_and_device(kubelet, cluster, node):
@@ -295,6 +310,37 @@ def test_non_fabric_node_gets_no_channel_device(apiserver, cluster, short_dir, t
         assert env.cdi_files() == ["k8s.compute-domain.nvidia.com-device_base.yaml"]
     finally:
         agent.close()
+
+
+def test_gpu_clique_label_is_owned_when_enabled(apiserver, cluster, short_dir, tmp_path):
+    env = NodeEnv(short_dir / "gl", extra_args=["--gpu-clique-label-enabled", "true"])
+    agent = AgentThread(env.config(apiserver.write_kubeconfig(tmp_path / "kc")))
+    try:
+        assert cluster.node_labels(NODE)[names.LABEL_GPU_CLIQUE] == env.clique_id
+    finally:
+        agent.close()
+    assert names.LABEL_GPU_CLIQUE not in cluster.node_labels(NODE)
+
+
+def test_cleanup_of_stale_claims_orphans_and_domains(agent, kubelet, cluster, node):
+    cd = cluster.compute_domain("cd1")
+    uid = cd["metadata"]["uid"]
+    claim = cluster.claim("wl", "default", NODE, device="channel-0", request="channel",
+                          parameters=channel_params(uid))
+    # The claim's Prepare is still waiting for the daemon when the claim is deleted.
+    resp = kubelet.prepare([claim], timeout=30)
+    assert claim["metadata"]["uid"] not in resp.claims
+    cluster.resource.delete_namespaced_resource_claim("wl", "default")
+    orphan = node.root / "cdi" / "k8s.compute-domain.nvidia.com-claim_gone.yaml"
+    orphan.write_text("---\n")
+    stale_domain = node.plugin_dir / "domains" / "deleted-cd-uid"
+    stale_domain.mkdir(parents=True)
+    counts = agent.run(agent.app.maintenance.run_once())
+    assert counts == {"stale": 1, "tombstones": 0, "orphans": 1, "domains": 1}
+    assert not orphan.exists() and not stale_domain.exists()
+    assert names.LABEL_COMPUTE_DOMAIN not in cluster.node_labels(NODE)
+    entry = agent.app.driver.checkpoint.claims[claim["metadata"]["uid"]]
+    assert entry.state == "PrepareAborted"
 
 
 def test_stop_removes_both_sockets(apiserver, cluster, short_dir, tmp_path):
