@@ -1,0 +1,50 @@
+"""Write `nvidia-imex` / `nvidia-imex-ctl` launchers into a directory meant for PATH.
+
+The driver runs both by bare name through PATH, as in the real container, so tests and the
+sim prepend a directory holding these launchers. They exec the chosen Python on the fake's
+modules with this checkout first on PYTHONPATH. Never the virtualenv's bin/: a fake named
+like NVIDIA's binary must not shadow the real one for anything else using that environment.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final
+
+import sim.fakeimex
+
+LAUNCHERS: Final = MappingProxyType(
+    {"nvidia-imex": "sim.fakeimex.daemon", "nvidia-imex-ctl": "sim.fakeimex.ctl"}
+)
+
+
+def repo_root() -> Path:
+    """The directory that holds the `sim` package (what PYTHONPATH must contain)."""
+    return Path(sim.fakeimex.__file__).resolve().parents[2]
+
+
+def install(bin_dir: Path, python: str = sys.executable) -> dict[str, Path]:
+    """Create (or overwrite) the launchers; returns {binary name: path}."""
+    bin_dir = Path(bin_dir)
+    interpreter = Path(python).absolute()
+    forbidden = {(Path(sys.prefix) / "bin").resolve(), interpreter.parent.resolve()}
+    if bin_dir.resolve() in forbidden:
+        raise ValueError(f"refusing to install fake IMEX binaries into {bin_dir} (a Python bin/)")
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    root = shlex.quote(str(repo_root()))
+    written: dict[str, Path] = {}
+    for name, module in LAUNCHERS.items():
+        path = bin_dir / name
+        path.write_text(
+            "#!/bin/sh\n"
+            f"# {name}: the simulated IMEX ({module}), written by sim.fakeimex.install.\n"
+            f'PYTHONPATH={root}${{PYTHONPATH:+":$PYTHONPATH"}}\n'
+            "export PYTHONPATH\n"
+            f'exec {shlex.quote(str(interpreter))} -m {module} "$@"\n'
+        )
+        path.chmod(0o755)
+        written[name] = path
+    return written
