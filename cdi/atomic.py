@@ -6,6 +6,7 @@ returns the change survives a power cut.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -40,7 +41,9 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
             os.fsync(handle.fileno())
         tmp.replace(path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        # Never let a failed cleanup hide the error that stopped the write.
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise
     fsync_directory(directory)
 

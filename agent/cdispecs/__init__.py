@@ -4,17 +4,16 @@
 * `claims`: claim specs, their file names, the CDI IDs returned to kubelet, orphans;
 * `base`: the base spec (`…/device=all`) daemon containers use to run host IMEX tools;
 * `transform`: the host-root transform every written spec goes through;
-* `simplify`, `findfile`: dedupe/sort of edits, and locating driver files under a root.
+* `simplify`: dedupe/sort of edits.
+
+Driver files and device nodes under a root are found by `agent.discovery`.
 """
 
 from agent.cdispecs.base import (
     BaseSpecError,
     BaseSpecResult,
-    CharDevice,
     builtin_base_spec,
-    char_device_numbers,
     ctk_base_spec,
-    dev_root_for,
     find_device_nodes,
     write_base_spec,
 )
@@ -29,31 +28,23 @@ from agent.cdispecs.claims import (
     write_claim_spec,
 )
 from agent.cdispecs.edits import channel_edits, channel_node, daemon_edits
-from agent.cdispecs.findfile import BINARY_DIRS, LIBRARY_DIRS, FoundFile, find_file
 from agent.cdispecs.transform import RootTransform, transform_spec
 
 __all__ = [
-    "BINARY_DIRS",
-    "LIBRARY_DIRS",
     "BaseSpecError",
     "BaseSpecResult",
-    "CharDevice",
-    "FoundFile",
     "RootTransform",
     "UnsafeClaimUIDError",
     "builtin_base_spec",
     "channel_edits",
     "channel_node",
-    "char_device_numbers",
     "check_claim_uid",
     "claim_cdi_ids",
     "claim_spec",
     "claim_spec_path",
     "ctk_base_spec",
     "daemon_edits",
-    "dev_root_for",
     "find_device_nodes",
-    "find_file",
     "orphaned_claim_specs",
     "remove_claim_spec",
     "transform_spec",

@@ -22,16 +22,23 @@ import dataclasses
 import os
 import shlex
 import shutil
-import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple
 
-from agent.cdispecs.findfile import BINARY_DIRS, LIBRARY_DIRS, candidate_paths, find_file
 from agent.cdispecs.simplify import path_order, simplify_spec
 from agent.cdispecs.transform import RootTransform
+from agent.discovery.devnode import CharDevice, char_device_numbers
+from agent.discovery.findfile import (
+    IMEX_CTL_DIRS,
+    IMEX_DIRS,
+    NVML_LIBRARY,
+    NVML_LIBRARY_DIRS,
+    candidate_paths,
+    find_file,
+)
+from agent.discovery.findfile import dev_root as default_dev_root
 from api.names import (
     CDI_BASE_DEVICE,
     CDI_BASE_SPEC_ID,
@@ -56,7 +63,6 @@ from cdi import (
 )
 
 NVIDIA_CTK = "nvidia-ctk"
-NVML_LIBRARY = "libnvidia-ml.so.1"
 ENV_VISIBLE_DEVICES_VOID = f"{ENV_NVIDIA_VISIBLE_DEVICES}=void"
 SOURCE_CTK = "nvidia-ctk"
 SOURCE_BUILTIN = "builtin"
@@ -78,38 +84,13 @@ HOST_FILE_MOUNT_OPTIONS: tuple[str, ...] = ("ro", "nosuid", "nodev", "bind")
 
 # (name, search dirs, container dir when found directly at the root as ROOT/NAME)
 _HOST_FILES: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    (IMEX_BINARY, BINARY_DIRS, "/usr/bin"),
-    (IMEX_CTL_BINARY, BINARY_DIRS, "/usr/bin"),
-    (NVML_LIBRARY, LIBRARY_DIRS, "/usr/lib64"),
+    (IMEX_BINARY, IMEX_DIRS, "/usr/bin"),
+    (IMEX_CTL_BINARY, IMEX_CTL_DIRS, "/usr/bin"),
+    (NVML_LIBRARY, NVML_LIBRARY_DIRS, "/usr/lib64"),
 )
 
-
-class CharDevice(NamedTuple):
-    """A character device's numbers, and its permission bits when known."""
-
-    major: int
-    minor: int
-    file_mode: int | None = None
-
-
+# What is a char device under the dev root, and its numbers (tests inject a fake).
 CharDeviceProbe = Callable[[Path], CharDevice | None]
-
-
-def char_device_numbers(path: Path) -> CharDevice | None:
-    """`path`'s numbers if it is a character device (links followed), else None."""
-    try:
-        st = Path(path).stat()
-    except OSError:
-        return None
-    if not stat.S_ISCHR(st.st_mode):
-        return None
-    return CharDevice(os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode))
-
-
-def dev_root_for(container_driver_root: str | os.PathLike[str]) -> Path:
-    """The reference's devRoot: the driver root if it has a `dev` directory, else `/`."""
-    root = Path(container_driver_root)
-    return root if (root / "dev").is_dir() else Path("/")
 
 
 def _excluded(path: str) -> bool:
@@ -132,16 +113,16 @@ def find_device_nodes(
             path = "/" + found.relative_to(root).as_posix()
             if path in nodes or _excluded(path):
                 continue
-            numbers = char_device(found)
-            if numbers is None:
+            dev = char_device(found)
+            if dev is None:
                 continue
             nodes[path] = DeviceNode(
                 path=path,
                 host_path=str(found) if str(found) != path else "",
-                type="c",
-                major=numbers.major,
-                minor=numbers.minor,
-                file_mode=numbers.file_mode,
+                type=dev.type,
+                major=dev.major,
+                minor=dev.minor,
+                file_mode=dev.file_mode,
             )
     return sorted(nodes.values(), key=lambda node: path_order(node.path))
 
@@ -300,11 +281,11 @@ def write_base_spec(
 ) -> BaseSpecResult:
     """Build, root-transform and atomically write the base spec; returns what was written.
 
-    `dev_root` defaults to `dev_root_for(container_driver_root)`; `ctk_search_path` is
-    the PATH used to look for nvidia-ctk (default: this process's PATH).
+    `dev_root` defaults to the driver root's devRoot (`agent.discovery.dev_root`);
+    `ctk_search_path` is the PATH used to look for nvidia-ctk (default: this process's PATH).
     """
     if dev_root is None:
-        dev_root = dev_root_for(container_driver_root)
+        dev_root = default_dev_root(container_driver_root)
     transform = RootTransform(container_driver_root, host_driver_root)
 
     def finish(spec: Spec) -> tuple[Spec, Path]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from agent.discovery.channels import CHANNEL_FILE_MODE
+from agent.discovery.devnode import CharDevice
 from api.names import (
     ENV_CLIQUE_ID,
     ENV_COMPUTE_DOMAIN_NAME,
@@ -15,11 +17,6 @@ from api.names import (
     channel_device_path,
 )
 from cdi import ContainerEdits, DeviceNode, Mount
-
-CHANNEL_FILE_MODE = 0o666
-
-# (path, major, minor, file mode) of the fabric-imex-mgmt capability device node.
-CapDevice = tuple[str, int, int, int]
 
 
 def channel_node(major: int, channel: int) -> DeviceNode:
@@ -48,14 +45,21 @@ def daemon_edits(
     cd_name: str,
     cd_namespace: str,
     domain_dir: Path,
-    cap: CapDevice | None,
+    cap: CharDevice | None,
 ) -> ContainerEdits:
     """What an IMEX daemon container gets: its identity, its config dir and, on a fabric
     node, the fabric-imex-mgmt capability node (`cap`; None on a non-fabric node)."""
     nodes = []
     if cap is not None:
-        path, major, minor, file_mode = cap
-        nodes.append(DeviceNode(path=path, type="c", major=major, minor=minor, file_mode=file_mode))
+        nodes.append(
+            DeviceNode(
+                path=cap.path,
+                type=cap.type,
+                major=cap.major,
+                minor=cap.minor,
+                file_mode=cap.file_mode,
+            )
+        )
     return ContainerEdits(
         env=[
             f"{ENV_CLIQUE_ID}={clique_id}",

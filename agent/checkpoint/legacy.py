@@ -14,13 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.checkpoint import godecode as go
-from agent.checkpoint.wire import (
-    DEVICE_FIELDS,
-    GROUP_FIELDS,
-    INFO_FIELDS,
-    PREPARED_FIELDS,
-    config_state_shape,
-)
+from agent.checkpoint.wire import DEVICE_FIELDS, groups_shape
 
 PB_DEVICE_FIELDS = ("request_names", "pool_name", "device_name", "cdi_device_ids")
 
@@ -37,32 +31,8 @@ def legacy_shape(raw: Any) -> dict[str, Any]:
 
 
 def _groups(raw: Any, where: str) -> list[Any] | None:
-    return go.array(raw, where, lambda g, w: None if g is None else _group(g, w))
-
-
-def _group(raw: Any, where: str) -> dict[str, Any]:
-    f = go.fields(raw, where, GROUP_FIELDS)
-    return {
-        "devices": go.array(f.get("devices"), f"{where}.devices", _device),
-        "configState": config_state_shape(f.get("configState"), f"{where}.configState"),
-    }
-
-
-def _device(raw: Any, where: str) -> dict[str, Any]:
-    f = go.fields(raw, where, DEVICE_FIELDS)
-    return {key: _prepared(f.get(key), f"{where}.{key}") for key in DEVICE_FIELDS}
-
-
-def _prepared(raw: Any, where: str) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    f = go.fields(raw, where, PREPARED_FIELDS)
-    info = f.get("info")
-    if info is not None:
-        info_fields = go.fields(info, f"{where}.info", INFO_FIELDS)
-        info = {"id": go.int64(info_fields.get("id"), f"{where}.info.id")}
-    dev = f.get("device")
-    return {"info": info, "device": None if dev is None else _pb_device(dev, f"{where}.device")}
+    """Today's groups, but each device message is the protobuf-keyed one."""
+    return groups_shape(raw, where, _pb_device)
 
 
 def _pb_device(raw: Any, where: str) -> dict[str, Any]:

@@ -1,22 +1,22 @@
 """The checkpoint file on disk: read it, replace it atomically, reconcile it with the boot.
 
 A crash (or `kill -9`) at any point of a write leaves either the old file or the new one,
-never a mix: the new content goes to a temp file in the same directory, is fsynced, then
-renamed over the old one, and the directory is fsynced so the rename itself survives a
-power loss. Mutations are read-modify-write by the caller under the node lock.
+never a mix (`cdi.atomic.atomic_write`): the new content goes to a temp file in the same
+directory, is fsynced, then renamed over the old one, and the directory is fsynced so the
+rename itself survives a power loss. Mutations are read-modify-write by the caller under
+the node lock.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 from agent.checkpoint import codec
 from agent.checkpoint.errors import CheckpointCorruptError, CheckpointReadError
 from agent.checkpoint.model import Checkpoint
+from cdi.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +49,14 @@ class CheckpointStore:
             raise err.at(self.path) from None
 
     def write(self, cp: Checkpoint) -> None:
-        """Replace the file with `cp` atomically and durably (mode 0600)."""
+        """Replace the file with `cp` atomically and durably (mode 0600).
+
+        The temp file is `.checkpoint.json.<random>.tmp` next to it (the plugin removes
+        leftovers of a crash at start-up).
+        """
         data = codec.encode(cp)
-        directory = self.path.parent
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
-        tmp = Path(name)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                os.fchmod(f.fileno(), FILE_MODE)
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            tmp.replace(self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        _fsync_dir(directory)
+        self.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        atomic_write(self.path, data, FILE_MODE)
 
     def reconcile_boot_id(self, current_boot_id: str) -> Checkpoint:
         """The checkpoint valid for this boot, written back when it changed (§4.7).
@@ -96,11 +86,3 @@ class CheckpointStore:
             cp = Checkpoint(boot_id=current_boot_id)
         self.write(cp)
         return cp
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

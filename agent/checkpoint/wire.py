@@ -21,6 +21,7 @@ construction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agent.checkpoint import godecode as go
@@ -36,6 +37,10 @@ DEVICE_FIELDS = ("channel", "daemon")
 PREPARED_FIELDS = ("info", "device")
 INFO_FIELDS = ("id",)
 DEV_FIELDS = ("Requests", "PoolName", "DeviceName", "CDIDeviceIDs", "ShareID", "Metadata")
+
+# Decodes the device message a prepared channel/daemon carries: `dev_shape` here, the
+# protobuf-keyed message in the 25.3-RC2 layout (legacy.py).
+DevShape = Callable[[Any, str], dict[str, Any]]
 
 
 def top_shape(raw: Any) -> dict[str, Any]:
@@ -70,7 +75,7 @@ def v2_shape(raw: Any) -> dict[str, Any]:
 def claim_v1_shape(raw: Any, where: str) -> dict[str, Any]:
     f = go.fields(raw, where, CLAIM_V1_FIELDS)
     out: dict[str, Any] = {"status": go.verbatim_object(f.get("status"), f"{where}.status")}
-    groups = groups_shape(f.get("preparedDevices"), f"{where}.preparedDevices")
+    groups = groups_shape(f.get("preparedDevices"), f"{where}.preparedDevices", dev_shape)
     if groups:
         out["preparedDevices"] = groups
     return out
@@ -82,7 +87,7 @@ def claim_v2_shape(raw: Any, where: str) -> dict[str, Any]:
         "checkpointState": go.string(f.get("checkpointState"), f"{where}.checkpointState"),
         "status": go.verbatim_object(f.get("status"), f"{where}.status"),
     }
-    groups = groups_shape(f.get("preparedDevices"), f"{where}.preparedDevices")
+    groups = groups_shape(f.get("preparedDevices"), f"{where}.preparedDevices", dev_shape)
     if groups:
         out["preparedDevices"] = groups
     for key in ("name", "namespace"):
@@ -95,15 +100,17 @@ def claim_v2_shape(raw: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def groups_shape(raw: Any, where: str) -> list[Any] | None:
+def groups_shape(raw: Any, where: str, dev: DevShape) -> list[Any] | None:
     """`[]*PreparedDeviceGroup`: a null element stays null (Go keeps a nil pointer)."""
-    return go.array(raw, where, lambda g, w: None if g is None else group_shape(g, w))
+    return go.array(raw, where, lambda g, w: None if g is None else group_shape(g, w, dev))
 
 
-def group_shape(raw: Any, where: str) -> dict[str, Any]:
+def group_shape(raw: Any, where: str, dev: DevShape) -> dict[str, Any]:
     f = go.fields(raw, where, GROUP_FIELDS)
     return {
-        "devices": go.array(f.get("devices"), f"{where}.devices", device_shape),
+        "devices": go.array(
+            f.get("devices"), f"{where}.devices", lambda d, w: device_shape(d, w, dev)
+        ),
         "configState": config_state_shape(f.get("configState"), f"{where}.configState"),
     }
 
@@ -116,12 +123,12 @@ def config_state_shape(raw: Any, where: str) -> dict[str, str]:
     }
 
 
-def device_shape(raw: Any, where: str) -> dict[str, Any]:
+def device_shape(raw: Any, where: str, dev: DevShape) -> dict[str, Any]:
     f = go.fields(raw, where, DEVICE_FIELDS)
-    return {key: prepared_shape(f.get(key), f"{where}.{key}") for key in DEVICE_FIELDS}
+    return {key: prepared_shape(f.get(key), f"{where}.{key}", dev) for key in DEVICE_FIELDS}
 
 
-def prepared_shape(raw: Any, where: str) -> dict[str, Any] | None:
+def prepared_shape(raw: Any, where: str, dev: DevShape) -> dict[str, Any] | None:
     """`*PreparedComputeDomainChannel` / `*PreparedComputeDomainDaemon`."""
     if raw is None:
         return None
@@ -130,8 +137,8 @@ def prepared_shape(raw: Any, where: str) -> dict[str, Any] | None:
     if info is not None:
         info_fields = go.fields(info, f"{where}.info", INFO_FIELDS)
         info = {"id": go.int64(info_fields.get("id"), f"{where}.info.id")}
-    dev = f.get("device")
-    return {"info": info, "device": None if dev is None else dev_shape(dev, f"{where}.device")}
+    device = f.get("device")
+    return {"info": info, "device": None if device is None else dev(device, f"{where}.device")}
 
 
 def dev_shape(raw: Any, where: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from agent.discovery.capability import (
 )
 from agent.discovery.channels import ChannelNode, ImexChannels
 from agent.discovery.clique import CliqueTracker, clique_id, clique_id_of
-from agent.discovery.devnode import CharDevice
+from agent.discovery.devnode import CharDevice, char_device_numbers
 from agent.discovery.driverversion import (
     parse_version,
     require_dns_names_driver,
@@ -23,12 +23,15 @@ from agent.discovery.errors import DiscoveryError
 from agent.discovery.findfile import (
     BINARY_SEARCH_DIRS,
     LIBRARY_SEARCH_DIRS,
+    FoundFile,
     dev_root,
     find_file,
     find_imex,
     find_imex_ctl,
     find_nvidia_smi,
     find_nvml_library,
+    require_file,
+    resolve_in_root,
 )
 from agent.discovery.nvml import (
     FabricInfo,
@@ -55,12 +58,14 @@ __all__ = [
     "FabricInfo",
     "FabricState",
     "FixtureSource",
+    "FoundFile",
     "Gpu",
     "ImexChannels",
     "NvmlError",
     "NvmlFailure",
     "NvmlSource",
     "PynvmlSource",
+    "char_device_numbers",
     "char_major",
     "clique_id",
     "clique_id_of",
@@ -77,5 +82,7 @@ __all__ = [
     "read_char_major",
     "read_fabric_imex_mgmt",
     "require_dns_names_driver",
+    "require_file",
+    "resolve_in_root",
     "version_at_least",
 ]

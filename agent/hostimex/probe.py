@@ -15,7 +15,7 @@ import os
 import signal
 from pathlib import Path
 
-from agent.cdispecs.findfile import BINARY_DIRS, candidate_paths, find_file
+from agent.discovery.findfile import IMEX_CTL_DIRS, candidate_paths, find_file
 from api.names import IMEX_CTL_BINARY
 
 CHROOT = "chroot"
@@ -75,9 +75,9 @@ class HostImexProbe:
 
     def command(self) -> list[str]:
         """The command line to run; HostImexNotReadyError if nvidia-imex-ctl is missing."""
-        found = find_file(self.dev_root, IMEX_CTL_BINARY, BINARY_DIRS)
+        found = find_file(self.dev_root, IMEX_CTL_BINARY, IMEX_CTL_DIRS)
         if found is None:
-            tried = ", ".join(candidate_paths(IMEX_CTL_BINARY, BINARY_DIRS))
+            tried = ", ".join(candidate_paths(IMEX_CTL_BINARY, IMEX_CTL_DIRS))
             raise HostImexNotReadyError(
                 f'{IMEX_CTL_BINARY} not found under driver root "{self.dev_root}": '
                 f"looked in {tried} (is nvidia-imex installed on this node?)"

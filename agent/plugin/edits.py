@@ -27,13 +27,15 @@ log = logging.getLogger(__name__)
 
 
 class CdiEdits:
-    def __init__(self, config: PluginConfig, channels: ImexChannels,
-                 cap_reader: Callable[[], CharDevice]) -> None:
+    def __init__(
+        self, config: PluginConfig, channels: ImexChannels, cap_reader: Callable[[], CharDevice]
+    ) -> None:
         self._cfg = config
         self._channels = channels
         self._cap_reader = cap_reader
-        self._transform = RootTransform(str(config.container_driver_root),
-                                        str(config.host_driver_root))
+        self._transform = RootTransform(
+            str(config.container_driver_root), str(config.host_driver_root)
+        )
 
     def channel_edits(self, channels: range | list[int]) -> ContainerEdits:
         return cdispecs.channel_edits(self._channels.major, channels)
@@ -43,13 +45,17 @@ class CdiEdits:
         cap = None
         if clique_id:
             try:
-                dev = self._cap_reader()
+                cap = self._cap_reader()
             except DiscoveryError as err:
                 raise RetryableError(str(err)) from None
-            cap = (dev.path, dev.major, dev.minor, dev.file_mode)
-        return cdispecs.daemon_edits(clique_id, md.get("uid", ""), md.get("name", ""),
-                                     md.get("namespace", ""),
-                                     self._cfg.domains_dir / md.get("uid", ""), cap)
+        return cdispecs.daemon_edits(
+            clique_id,
+            md.get("uid", ""),
+            md.get("name", ""),
+            md.get("namespace", ""),
+            self._cfg.domains_dir / md.get("uid", ""),
+            cap,
+        )
 
     def write_claim_spec(self, claim_uid: str, devices: list[tuple[str, Any]]) -> bool:
         spec = cdispecs.claim_spec(claim_uid, devices, transform=self._transform)
@@ -61,14 +67,16 @@ class CdiEdits:
     def remove_claim_spec(self, claim_uid: str) -> None:
         cdispecs.remove_claim_spec(self._cfg.cdi_root, claim_uid)
 
-    def claim_cdi_ids(self, claim_uid: str, device: str, has_edits: bool, daemon: bool
-                      ) -> list[str]:
+    def claim_cdi_ids(
+        self, claim_uid: str, device: str, has_edits: bool, daemon: bool
+    ) -> list[str]:
         return cdispecs.claim_cdi_ids(claim_uid, device, has_edits, daemon)
 
     def spec_intact(self, claim_uid: str, devices: list[Any]) -> bool:
         """A prepared claim that names a claim CDI device must still have its spec file."""
-        wants_spec = any(i.startswith(f"{names.CDI_KIND_CLAIM}=")
-                         for d in devices for i in d.cdi_device_ids)
+        wants_spec = any(
+            i.startswith(f"{names.CDI_KIND_CLAIM}=") for d in devices for i in d.cdi_device_ids
+        )
         return not wants_spec or cdispecs.claim_spec_path(self._cfg.cdi_root, claim_uid).exists()
 
     def remove_orphaned_specs(self, known_uids: set[str]) -> list[Path]:
@@ -90,19 +98,27 @@ class CdiEdits:
 
     def write_base_spec(self) -> None:
         result = cdispecs.write_base_spec(
-            self._cfg.cdi_root, container_driver_root=str(self._cfg.container_driver_root),
+            self._cfg.cdi_root,
+            container_driver_root=str(self._cfg.container_driver_root),
             host_driver_root=str(self._cfg.host_driver_root),
-            hook_path=self._cfg.nvidia_cdi_hook_path)
+            hook_path=self._cfg.nvidia_cdi_hook_path,
+        )
         if result.ctk_error:
-            log.warning("nvidia-ctk could not generate the base CDI spec (%s); built it from "
-                        "the driver root instead", result.ctk_error)
+            log.warning(
+                "nvidia-ctk could not generate the base CDI spec (%s); built it from "
+                "the driver root instead",
+                result.ctk_error,
+            )
         if result.missing:
-            log.warning("base CDI spec: not found under the driver root: %s",
-                        ", ".join(result.missing))
+            log.warning(
+                "base CDI spec: not found under the driver root: %s", ", ".join(result.missing)
+            )
         log.info("wrote base CDI spec %s (%s)", result.path, result.source)
 
     def host_probe(self) -> Callable[[], Awaitable[None]]:
-        probe = HostImexProbe(dev_root(self._cfg.container_driver_root),
-                              self._cfg.imex_host_socket_path,
-                              use_chroot=self._cfg.imex_ctl_chroot)
+        probe = HostImexProbe(
+            dev_root(self._cfg.container_driver_root),
+            self._cfg.imex_host_socket_path,
+            use_chroot=self._cfg.imex_ctl_chroot,
+        )
         return probe.check

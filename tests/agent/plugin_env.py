@@ -28,19 +28,32 @@ from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
 
 DRIVER_NS = "nvidia-dra-driver"
+NODE = "node-a"
 CLUSTER_UUID = "0f2a6e3c-1111-2222-3333-444455556666"
 CHANNEL_MAJOR = 234
 CAPS_MAJOR = 238
-PROC_DEVICES = (f"Character devices:\n  1 mem\n{CAPS_MAJOR} nvidia-caps\n"
-                f"{CHANNEL_MAJOR} nvidia-caps-imex-channels\n\nBlock devices:\n  8 sd\n")
+PROC_DEVICES = (
+    f"Character devices:\n  1 mem\n{CAPS_MAJOR} nvidia-caps\n"
+    f"{CHANNEL_MAJOR} nvidia-caps-imex-channels\n\nBlock devices:\n  8 sd\n"
+)
 
 
 def fabric_gpus(clique: int | None) -> list[dict[str, Any]]:
     if clique is None:
         return [{"name": "NVIDIA H100", "uuid": "GPU-1", "fabric": "NOT_SUPPORTED"}]
-    return [{"name": "NVIDIA GB200", "uuid": f"GPU-{i}", "fabric": {
-        "clusterUuid": CLUSTER_UUID, "cliqueId": clique, "state": "COMPLETED",
-        "status": "SUCCESS"}} for i in range(4)]
+    return [
+        {
+            "name": "NVIDIA GB200",
+            "uuid": f"GPU-{i}",
+            "fabric": {
+                "clusterUuid": CLUSTER_UUID,
+                "cliqueId": clique,
+                "state": "COMPLETED",
+                "status": "SUCCESS",
+            },
+        }
+        for i in range(4)
+    ]
 
 
 @dataclass
@@ -48,7 +61,7 @@ class NodeEnv:
     """Host directories of one simulated node."""
 
     root: Path
-    node_name: str = "node-a"
+    node_name: str = NODE
     clique: int | None = 3
     extra_args: list[str] = field(default_factory=list)
 
@@ -57,7 +70,8 @@ class NodeEnv:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         (self.root / "proc-devices").write_text(PROC_DEVICES)
         (self.root / "fabric-imex-mgmt").write_text(
-            "DeviceFileMinor: 7\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+            "DeviceFileMinor: 7\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
+        )
         (self.root / "boot_id").write_text(str(uuid.uuid4()) + "\n")
         self.set_clique(self.clique)
 
@@ -67,23 +81,39 @@ class NodeEnv:
 
     def set_clique(self, clique: int | None) -> None:
         self.clique = clique
-        (self.root / "nvml.json").write_text(json.dumps(
-            {"driverVersion": "580.82.07", "gpus": fabric_gpus(clique)}))
+        (self.root / "nvml.json").write_text(
+            json.dumps({"driverVersion": "580.82.07", "gpus": fabric_gpus(clique)})
+        )
 
     def args(self, kubeconfig: Path) -> list[str]:
         r = self.root
         return [
-            "--node-name", self.node_name, "--namespace", DRIVER_NS,
-            "--kubeconfig", str(kubeconfig), "--cdi-root", str(r / "cdi"),
-            "--container-driver-root", str(r / "driver-root"),
-            "--nvidia-driver-root", str(r / "driver-root"),
-            "--kubelet-registrar-directory-path", str(r / "registry"),
-            "--kubelet-plugins-directory-path", str(r / "plugins"),
-            "--proc-devices-path", str(r / "proc-devices"),
-            "--fabric-imex-mgmt-path", str(r / "fabric-imex-mgmt"),
-            "--boot-id-path", str(r / "boot_id"),
-            "--nvml-source", f"fixture:{r / 'nvml.json'}",
-            "--prepare-timeout", "5s",
+            "--node-name",
+            self.node_name,
+            "--namespace",
+            DRIVER_NS,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cdi-root",
+            str(r / "cdi"),
+            "--container-driver-root",
+            str(r / "driver-root"),
+            "--nvidia-driver-root",
+            str(r / "driver-root"),
+            "--kubelet-registrar-directory-path",
+            str(r / "registry"),
+            "--kubelet-plugins-directory-path",
+            str(r / "plugins"),
+            "--proc-devices-path",
+            str(r / "proc-devices"),
+            "--fabric-imex-mgmt-path",
+            str(r / "fabric-imex-mgmt"),
+            "--boot-id-path",
+            str(r / "boot_id"),
+            "--nvml-source",
+            f"fixture:{r / 'nvml.json'}",
+            "--prepare-timeout",
+            "5s",
             *self.extra_args,
         ]
 
@@ -137,14 +167,18 @@ class AgentProcess:
     def __init__(self, env: NodeEnv, kubeconfig: Path) -> None:
         binary = Path(sys.executable).parent / "compute-domain-agent"
         self.log = env.root / "agent.log"
-        self.proc = subprocess.Popen([binary, "plugin", *env.args(kubeconfig)],
-                                     stdout=subprocess.DEVNULL, stderr=self.log.open("ab"))
+        self.proc = subprocess.Popen(
+            [binary, "plugin", *env.args(kubeconfig)],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+        )
         # A killed agent leaves its socket files behind: wait until this one answers.
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
-                raise AssertionError(f"agent exited {self.proc.returncode}: "
-                                     f"{self.log.read_text()[-3000:]}")
+                raise AssertionError(
+                    f"agent exited {self.proc.returncode}: {self.log.read_text()[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError("agent did not start: " + self.log.read_text()[-3000:])
             try:
@@ -176,24 +210,27 @@ class Kubelet:
     def notify(self, registered: bool, error: str = "") -> None:
         with grpc.insecure_channel(f"unix://{self.env.registration_socket}") as ch:
             reg_grpc.RegistrationStub(ch).NotifyRegistrationStatus(
-                reg.RegistrationStatus(plugin_registered=registered, error=error), timeout=10)
+                reg.RegistrationStatus(plugin_registered=registered, error=error), timeout=10
+            )
 
-    def prepare(self, claims: list[dict[str, Any]], *, beta: bool = False,
-                timeout: float = 45) -> Any:
-        mod, stub_mod = (v1beta1, v1beta1_grpc) if beta else (v1, v1_grpc)
-        request = mod.NodePrepareResourcesRequest(claims=[
-            mod.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"],
-                      name=c["metadata"]["name"]) for c in claims])
-        with grpc.insecure_channel(f"unix://{self.env.dra_socket}") as ch:
-            return stub_mod.DRAPluginStub(ch).NodePrepareResources(request, timeout=timeout)
+    def prepare(
+        self, claims: list[dict[str, Any]], *, beta: bool = False, timeout: float = 45
+    ) -> Any:
+        return self._dra("NodePrepareResources", claims, beta, timeout)
 
     def unprepare(self, claims: list[dict[str, Any]], *, beta: bool = False) -> Any:
+        return self._dra("NodeUnprepareResources", claims, beta, 45)
+
+    def _dra(self, rpc: str, claims: list[dict[str, Any]], beta: bool, timeout: float) -> Any:
+        """Call DRA service method `rpc` (v1, or v1beta1 with `beta`) for `claims`."""
         mod, stub_mod = (v1beta1, v1beta1_grpc) if beta else (v1, v1_grpc)
-        request = mod.NodeUnprepareResourcesRequest(claims=[
-            mod.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"],
-                      name=c["metadata"]["name"]) for c in claims])
+        refs = [
+            mod.Claim(namespace=md["namespace"], uid=md["uid"], name=md["name"])
+            for md in (c["metadata"] for c in claims)
+        ]
+        request = getattr(mod, f"{rpc}Request")(claims=refs)
         with grpc.insecure_channel(f"unix://{self.env.dra_socket}") as ch:
-            return stub_mod.DRAPluginStub(ch).NodeUnprepareResources(request, timeout=45)
+            return getattr(stub_mod.DRAPluginStub(ch), rpc)(request, timeout=timeout)
 
 
 class ClusterObjects:
@@ -211,80 +248,182 @@ class ClusterObjects:
     def namespace(self, name: str) -> None:
         self.core.create_namespace({"metadata": {"name": name}})
 
-    def compute_domain(self, name: str, namespace: str = "default", mode: str = "Single"
-                       ) -> dict[str, Any]:
+    def compute_domain(
+        self, name: str, namespace: str = "default", mode: str = "Single"
+    ) -> dict[str, Any]:
         return self.custom.create_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.PLURAL_COMPUTE_DOMAINS, {
-                "apiVersion": names.API_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            names.PLURAL_COMPUTE_DOMAINS,
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND_COMPUTE_DOMAIN,
                 "metadata": {"name": name},
-                "spec": {"numNodes": 0, "channel": {
-                    "resourceClaimTemplate": {"name": f"{name}-channel"},
-                    "allocationMode": mode}}})
+                "spec": {
+                    "numNodes": 0,
+                    "channel": {
+                        "resourceClaimTemplate": {"name": f"{name}-channel"},
+                        "allocationMode": mode,
+                    },
+                },
+            },
+        )
 
-    def claim(self, name: str, namespace: str, node: str, *, device: str, request: str,
-              parameters: dict[str, Any] | None) -> dict[str, Any]:
+    def claim(
+        self,
+        name: str,
+        namespace: str,
+        node: str,
+        *,
+        device: str,
+        request: str,
+        parameters: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         """A claim as the scheduler leaves it: created, then allocated via /status."""
-        klass = (names.DEVICE_CLASS_DAEMON if device.startswith("daemon")
-                 else names.DEVICE_CLASS_DEFAULT_CHANNEL)
-        spec: dict[str, Any] = {"devices": {"requests": [
-            {"name": request, "exactly": {"deviceClassName": klass}}]}}
+        klass = (
+            names.DEVICE_CLASS_DAEMON
+            if device.startswith("daemon")
+            else names.DEVICE_CLASS_DEFAULT_CHANNEL
+        )
+        spec: dict[str, Any] = {
+            "devices": {"requests": [{"name": request, "exactly": {"deviceClassName": klass}}]}
+        }
         config = []
         if parameters is not None:
-            config = [{"requests": [request], "opaque": {"driver": names.DRIVER_NAME,
-                                                         "parameters": parameters}}]
+            config = [
+                {
+                    "requests": [request],
+                    "opaque": {"driver": names.DRIVER_NAME, "parameters": parameters},
+                }
+            ]
             spec["devices"]["config"] = config
         created = self.resource.create_namespaced_resource_claim(
-            namespace, {"metadata": {"name": name}, "spec": spec})
+            namespace, {"metadata": {"name": name}, "spec": spec}
+        )
         body = self.api.sanitize_for_serialization(created)
-        body["status"] = {"allocation": {"devices": {
-            "results": [{"request": request, "driver": names.DRIVER_NAME, "pool": node,
-                         "device": device}],
-            "config": [dict(c, source="FromClaim") for c in config]},
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+        body["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": request,
+                            "driver": names.DRIVER_NAME,
+                            "pool": node,
+                            "device": device,
+                        }
+                    ],
+                    "config": [dict(c, source="FromClaim") for c in config],
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                },
+            }
+        }
         updated = self.resource.replace_namespaced_resource_claim_status(name, namespace, body)
         return self.api.sanitize_for_serialization(updated)
 
-    def set_clique_daemon(self, cd_uid: str, clique_id: str, node: str, status: str,
-                          index: int = 0) -> None:
+    def channel_claim(
+        self,
+        name: str,
+        namespace: str,
+        cd_uid: str,
+        mode: str | None = None,
+        *,
+        device: str = "channel-0",
+    ) -> dict[str, Any]:
+        """A workload's channel claim on node `NODE` for the ComputeDomain `cd_uid`."""
+        params = channel_params(cd_uid, mode)
+        return self.claim(
+            name, namespace, NODE, device=device, request="channel", parameters=params
+        )
+
+    def daemon_claim(self, name: str, cd_uid: str) -> dict[str, Any]:
+        """An IMEX daemon's claim (driver namespace) on node `NODE` for `cd_uid`."""
+        params = daemon_params(cd_uid)
+        return self.claim(
+            name, DRIVER_NS, NODE, device="daemon-0", request="daemon", parameters=params
+        )
+
+    def set_clique_daemon(
+        self, cd_uid: str, clique_id: str, node: str, status: str, index: int = 0
+    ) -> None:
         name = names.clique_object_name(cd_uid, clique_id)
         args = (names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES)
-        daemon = {"nodeName": node, "ipAddress": "127.0.1.1", "cliqueID": clique_id,
-                  "index": index, "status": status}
+        daemon = {
+            "nodeName": node,
+            "ipAddress": "127.0.1.1",
+            "cliqueID": clique_id,
+            "index": index,
+            "status": status,
+        }
         try:
             current = self.custom.get_namespaced_custom_object(*args, name)
         except client.ApiException:
-            self.custom.create_namespaced_custom_object(*args, {
-                "apiVersion": names.API_VERSION, "kind": names.KIND_CLIQUE,
-                "metadata": {"name": name}, "daemons": [daemon]})
+            self.custom.create_namespaced_custom_object(
+                *args,
+                {
+                    "apiVersion": names.API_VERSION,
+                    "kind": names.KIND_CLIQUE,
+                    "metadata": {"name": name},
+                    "daemons": [daemon],
+                },
+            )
             return
-        current["daemons"] = [d for d in current.get("daemons") or []
-                              if d["nodeName"] != node] + [daemon]
+        current["daemons"] = [d for d in current.get("daemons") or [] if d["nodeName"] != node] + [
+            daemon
+        ]
         self.custom.replace_namespaced_custom_object(*args, name, current)
 
     def set_cd_node_status(self, cd: dict[str, Any], node: str, status: str) -> None:
         current = self.custom.get_namespaced_custom_object(
-            names.GROUP, names.VERSION, cd["metadata"]["namespace"],
-            names.PLURAL_COMPUTE_DOMAINS, cd["metadata"]["name"])
-        current["status"] = {"status": "NotReady", "nodes": [
-            {"name": node, "ipAddress": "10.0.0.1", "cliqueID": "", "index": -1,
-             "status": status}]}
+            names.GROUP,
+            names.VERSION,
+            cd["metadata"]["namespace"],
+            names.PLURAL_COMPUTE_DOMAINS,
+            cd["metadata"]["name"],
+        )
+        current["status"] = {
+            "status": "NotReady",
+            "nodes": [
+                {
+                    "name": node,
+                    "ipAddress": "10.0.0.1",
+                    "cliqueID": "",
+                    "index": -1,
+                    "status": status,
+                }
+            ],
+        }
         self.custom.replace_namespaced_custom_object_status(
-            names.GROUP, names.VERSION, cd["metadata"]["namespace"],
-            names.PLURAL_COMPUTE_DOMAINS, cd["metadata"]["name"], current)
+            names.GROUP,
+            names.VERSION,
+            cd["metadata"]["namespace"],
+            names.PLURAL_COMPUTE_DOMAINS,
+            cd["metadata"]["name"],
+            current,
+        )
 
     def node_labels(self, node: str) -> dict[str, str]:
         return self.core.read_node(node).metadata.labels or {}
 
 
 def channel_params(cd_uid: str, mode: str | None = None) -> dict[str, Any]:
-    p: dict[str, Any] = {"apiVersion": names.API_VERSION, "kind": names.KIND_CHANNEL_CONFIG,
-                         "domainID": cd_uid}
+    p: dict[str, Any] = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND_CHANNEL_CONFIG,
+        "domainID": cd_uid,
+    }
     if mode is not None:
         p["allocationMode"] = mode
     return p
 
 
 def daemon_params(cd_uid: str) -> dict[str, Any]:
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND_DAEMON_CONFIG,
-            "domainID": cd_uid}
+    return {"apiVersion": names.API_VERSION, "kind": names.KIND_DAEMON_CONFIG, "domainID": cd_uid}

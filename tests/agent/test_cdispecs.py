@@ -26,6 +26,7 @@ from agent.cdispecs import (
     transform_spec,
     write_claim_spec,
 )
+from agent.discovery import CharDevice
 from cdi import (
     CDIError,
     ContainerEdits,
@@ -92,7 +93,7 @@ def test_daemon_edits_env_order_mount_and_cap_node():
         "imex-domain",
         "team-a",
         DOMAIN_DIR,
-        ("/dev/nvidia-caps/nvidia-cap7", CAP_MAJOR, 7, 0o400),
+        CharDevice("/dev/nvidia-caps/nvidia-cap7", CAP_MAJOR, 7, 0o400),
     )
     assert edits.env == [
         f"CLIQUE_ID={CLIQUE}",
@@ -205,7 +206,7 @@ def test_claim_spec_dedupes_identical_entries():
 
 
 def test_daemon_claim_on_fabric_node(tmp_path):
-    cap = ("/dev/nvidia-caps/nvidia-cap7", CAP_MAJOR, 7, 256)
+    cap = CharDevice("/dev/nvidia-caps/nvidia-cap7", CAP_MAJOR, 7, 256)
     edits = daemon_edits(CLIQUE, CD_UID, "imex-domain", "default", DOMAIN_DIR, cap)
     doc = written(claim_spec(UID, [("daemon-0", edits)], transform=DEFAULT), tmp_path, UID)
     assert doc == {

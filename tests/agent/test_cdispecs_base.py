@@ -1,4 +1,7 @@
-"""The base CDI spec: built from a fake driver root, or by a fake `nvidia-ctk`; findFile."""
+"""The base CDI spec: built from a fake driver root, or by a fake `nvidia-ctk`.
+
+findFile, which locates its files, is tested in test_discovery_findfile.py.
+"""
 
 from __future__ import annotations
 
@@ -12,37 +15,31 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from cdi_helpers import assert_schema_valid, read_yaml
 
-from agent.cdispecs import (
-    BINARY_DIRS,
-    LIBRARY_DIRS,
-    CharDevice,
-    char_device_numbers,
-    dev_root_for,
-    find_device_nodes,
-    find_file,
-    write_base_spec,
-)
-from agent.cdispecs.findfile import resolve_in_root
+from agent.cdispecs import find_device_nodes, write_base_spec
+from agent.discovery import CharDevice
 from cdi import load_spec
 
 BASE_FILE = "k8s.compute-domain.nvidia.com-device_base.yaml"
 RO = ["ro", "nosuid", "nodev", "bind"]
 NVML_REAL = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.86.10"
 
-# In-root path → numbers; everything else under dev/ is "not a char device".
+# In-root path → device; everything else under dev/ is "not a char device".
 FAKE_DEVICES = {
-    "/dev/nvidia0": CharDevice(195, 0, 0o666),
-    "/dev/nvidiactl": CharDevice(195, 255, 0o666),
-    "/dev/nvidia-uvm": CharDevice(510, 0, 0o666),
-    "/dev/nvidia-uvm-tools": CharDevice(510, 1, 0o666),
-    "/dev/nvidia-modeset": CharDevice(195, 254, 0o666),
-    "/dev/nvidia-caps/nvidia-cap1": CharDevice(238, 1, 0o400),
-    "/dev/nvidia-caps/nvidia-cap2": CharDevice(238, 2, 0o444),
-    "/dev/nvidia-caps-imex-channels/channel0": CharDevice(234, 0),
-    "/dev/nvidia-fs0": CharDevice(241, 0),  # excluded: GPUDirect Storage
-    "/dev/nvidia-nvswitchctl": CharDevice(236, 0),  # excluded
-    "/dev/nvidia-nvlink": CharDevice(237, 0),  # excluded
-    "/dev/fuse": CharDevice(10, 229),  # not NVIDIA
+    path: CharDevice(path, *numbers)
+    for path, numbers in {
+        "/dev/nvidia0": (195, 0, 0o666),
+        "/dev/nvidiactl": (195, 255, 0o666),
+        "/dev/nvidia-uvm": (510, 0, 0o666),
+        "/dev/nvidia-uvm-tools": (510, 1, 0o666),
+        "/dev/nvidia-modeset": (195, 254, 0o666),
+        "/dev/nvidia-caps/nvidia-cap1": (238, 1, 0o400),
+        "/dev/nvidia-caps/nvidia-cap2": (238, 2, 0o444),
+        "/dev/nvidia-caps-imex-channels/channel0": (234, 0),
+        "/dev/nvidia-fs0": (241, 0),  # excluded: GPUDirect Storage
+        "/dev/nvidia-nvswitchctl": (236, 0),  # excluded
+        "/dev/nvidia-nvlink": (237, 0),  # excluded
+        "/dev/fuse": (10, 229),  # not NVIDIA
+    }.items()
 }
 
 
@@ -233,20 +230,6 @@ def test_find_device_nodes_with_the_real_probe_on_a_dir_without_devices(driver_r
     assert find_device_nodes(driver_root) == []  # regular files are not char devices
 
 
-def test_char_device_numbers(tmp_path):
-    null = char_device_numbers(Path("/dev/null"))
-    assert null is not None and (null.major, null.minor) == (1, 3)
-    assert char_device_numbers(make_file(tmp_path / "f")) is None
-    assert char_device_numbers(tmp_path) is None
-    assert char_device_numbers(tmp_path / "missing") is None
-
-
-def test_dev_root_for(tmp_path):
-    assert dev_root_for(tmp_path) == Path("/")
-    (tmp_path / "dev").mkdir()
-    assert dev_root_for(tmp_path) == tmp_path
-
-
 # --- nvidia-ctk ----------------------------------------------------------------------------
 
 CTK_SPEC = {
@@ -400,71 +383,3 @@ def test_ctk_stderr_is_in_the_error(tmp_path, driver_root):
         char_device=fake_probe(driver_root),
     )
     assert "status 3" in result.ctk_error and "failed to initialize NVML" in result.ctk_error
-
-
-# --- findFile (reference §7.11, paths relative to a temp root) -------------------------------
-
-
-def test_find_library_file(tmp_path):
-    make_file(tmp_path / "usr/lib64/libnvidia-ml.so.1")
-    found = find_file(tmp_path, "libnvidia-ml.so.1", LIBRARY_DIRS)
-    assert found is not None
-    assert found.path == "/usr/lib64/libnvidia-ml.so.1"
-    assert found.real_path == tmp_path / "usr/lib64/libnvidia-ml.so.1"
-
-
-def test_find_skips_a_directory(tmp_path):
-    (tmp_path / "usr/lib64/libnvidia-ml.so.1").mkdir(parents=True)
-    make_file(tmp_path / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
-    found = find_file(tmp_path, "libnvidia-ml.so.1", LIBRARY_DIRS)
-    assert found is not None and found.path == "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
-
-
-def test_find_only_a_directory_or_nothing(tmp_path):
-    assert find_file(tmp_path, "libnvidia-ml.so.1", LIBRARY_DIRS) is None
-    (tmp_path / "usr/lib64/libnvidia-ml.so.1").mkdir(parents=True)
-    assert find_file(tmp_path, "libnvidia-ml.so.1", LIBRARY_DIRS) is None
-
-
-def test_find_binary_prefers_the_root_then_dir_order(tmp_path):
-    (tmp_path / "opt/bin/nvidia-smi").mkdir(parents=True)
-    make_file(tmp_path / "usr/bin/nvidia-smi")
-    make_file(tmp_path / "sbin/nvidia-smi")
-    found = find_file(tmp_path, "nvidia-smi", BINARY_DIRS)
-    assert found is not None and found.path == "/usr/bin/nvidia-smi"
-    make_file(tmp_path / "nvidia-smi")
-    found = find_file(tmp_path, "nvidia-smi", BINARY_DIRS)
-    assert found is not None and found.path == "/nvidia-smi"
-
-
-def test_links_resolve_inside_the_root(tmp_path):
-    make_file(tmp_path / "real/lib.so")
-    (tmp_path / "usr/lib64").mkdir(parents=True)
-    (tmp_path / "usr/lib64/abs.so").symlink_to("/real/lib.so")
-    (tmp_path / "usr/lib64/rel.so").symlink_to("../../real/lib.so")
-    (tmp_path / "usr/lib64/up.so").symlink_to("../../../../../../real/lib.so")
-    (tmp_path / "usr/lib64/dirlink").symlink_to("/real")
-    for name in ("abs.so", "rel.so", "up.so"):
-        assert resolve_in_root(tmp_path, f"/usr/lib64/{name}") == tmp_path / "real/lib.so"
-    assert resolve_in_root(tmp_path, "/usr/lib64/dirlink/lib.so") == tmp_path / "real/lib.so"
-    assert resolve_in_root(tmp_path, "/../../usr/lib64/abs.so") == tmp_path / "real/lib.so"
-
-
-def test_dangling_and_looping_links_are_skipped(tmp_path):
-    (tmp_path / "usr/bin").mkdir(parents=True)
-    (tmp_path / "usr/bin/nvidia-imex").symlink_to("/nowhere")
-    (tmp_path / "usr/bin/loop").symlink_to("loop")
-    assert resolve_in_root(tmp_path, "/usr/bin/loop") is None
-    assert find_file(tmp_path, "nvidia-imex", BINARY_DIRS) is None
-    assert find_file(tmp_path, "loop", BINARY_DIRS) is None
-    make_file(tmp_path / "bin/nvidia-imex")
-    found = find_file(tmp_path, "nvidia-imex", BINARY_DIRS)
-    assert found is not None and found.path == "/bin/nvidia-imex"
-
-
-def test_a_link_to_a_host_file_outside_the_root_is_not_followed_out(tmp_path):
-    (tmp_path / "usr/bin").mkdir(parents=True)
-    # /bin/sh exists on this machine but not inside the root.
-    (tmp_path / "usr/bin/nvidia-imex").symlink_to("/bin/sh")
-    assert Path("/bin/sh").exists()
-    assert find_file(tmp_path, "nvidia-imex", BINARY_DIRS) is None

@@ -10,6 +10,7 @@ from agent.discovery import (
     CharDevice,
     DiscoveryError,
     ImexChannels,
+    char_device_numbers,
     fabric_imex_mgmt_path,
     parse_capability,
     read_fabric_imex_mgmt,
@@ -119,3 +120,13 @@ def test_fabric_imex_mgmt_path():
     assert fabric_imex_mgmt_path("/driver-root", alt_proc_devices=True) == Path(
         "/driver-root/proc/driver/nvidia/capabilities/fabric-imex-mgmt"
     )
+
+
+def test_char_device_numbers(tmp_path):
+    null = char_device_numbers(Path("/dev/null"))
+    assert null is not None and (null.major, null.minor) == (1, 3)
+    assert null.path == "/dev/null" and null.type == "c"
+    (tmp_path / "f").write_text("x")
+    assert char_device_numbers(tmp_path / "f") is None
+    assert char_device_numbers(tmp_path) is None
+    assert char_device_numbers(tmp_path / "missing") is None

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -13,39 +10,14 @@ import grpc
 import pytest
 import yaml
 from kubernetes import client
-
-sys.path.insert(0, str(Path(__file__).parent))
 from plugin_env import (
-    DRIVER_NS,
+    NODE,
     AgentThread,
-    ClusterObjects,
     Kubelet,
     NodeEnv,
-    channel_params,
-    daemon_params,
 )
 
 from api import names
-
-NODE = "node-a"
-
-
-@pytest.fixture
-def cluster(k8s, project_crds) -> ClusterObjects:
-    objects = ClusterObjects(k8s)
-    objects.namespace(DRIVER_NS)
-    objects.node(NODE)
-    return objects
-
-
-@pytest.fixture
-def short_dir():
-    """Unix socket paths are limited to 107 bytes: node roots live in short /tmp dirs."""
-    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -119,20 +91,24 @@ def test_resource_slice_is_published_and_repaired(agent, k8s):
 def test_daemon_claim_gets_identity_mount_and_device(kubelet, cluster, node):
     cd = cluster.compute_domain("cd1")
     uid = cd["metadata"]["uid"]
-    claim = cluster.claim("daemon", DRIVER_NS, NODE, device="daemon-0", request="daemon",
-                          parameters=daemon_params(uid))
+    claim = cluster.daemon_claim("daemon", uid)
     claim_uid = claim["metadata"]["uid"]
     resp = kubelet.prepare([claim])
     result = resp.claims[claim_uid]
     assert result.error == ""
     assert list(result.devices[0].cdi_device_ids) == [
         "k8s.compute-domain.nvidia.com/device=all",
-        f"k8s.compute-domain.nvidia.com/claim={claim_uid}-daemon-0"]
+        f"k8s.compute-domain.nvidia.com/claim={claim_uid}-daemon-0",
+    ]
     assert list(result.devices[0].request_names) == ["daemon"]
     spec = read_spec(node, claim_uid)
     edits = spec["devices"][0]["containerEdits"]
-    assert edits["env"] == [f"CLIQUE_ID={node.clique_id}", f"COMPUTE_DOMAIN_UUID={uid}",
-                            "COMPUTE_DOMAIN_NAME=cd1", "COMPUTE_DOMAIN_NAMESPACE=default"]
+    assert edits["env"] == [
+        f"CLIQUE_ID={node.clique_id}",
+        f"COMPUTE_DOMAIN_UUID={uid}",
+        "COMPUTE_DOMAIN_NAME=cd1",
+        "COMPUTE_DOMAIN_NAMESPACE=default",
+    ]
     assert edits["deviceNodes"][0]["path"] == "/dev/nvidia-caps/nvidia-cap7"
     assert edits["mounts"][0]["containerPath"] == "/imexd"
     template = node.plugin_dir / "domains" / uid / "imexd.cfg.tmpl"
@@ -147,17 +123,18 @@ def prepare_in_background(kubelet, claim):
         start = time.monotonic()
         out["resp"] = kubelet.prepare([claim])
         out["elapsed"] = time.monotonic() - start
+
     thread = threading.Thread(target=run)
     thread.start()
     return thread, out
 
 
 def test_channel_claim_waits_for_the_local_daemon_and_is_released_by_the_clique(
-        kubelet, cluster, node):
+    kubelet, cluster, node
+):
     cd = cluster.compute_domain("cd1")
     uid = cd["metadata"]["uid"]
-    claim = cluster.claim("wl", "default", NODE, device="channel-0", request="channel",
-                          parameters=channel_params(uid, "Single"))
+    claim = cluster.channel_claim("wl", "default", uid, "Single")
     thread, out = prepare_in_background(kubelet, claim)
     deadline = time.monotonic() + 10
     while cluster.node_labels(NODE).get(names.LABEL_COMPUTE_DOMAIN) != uid:
@@ -175,32 +152,35 @@ def test_channel_claim_waits_for_the_local_daemon_and_is_released_by_the_clique(
     result = out["resp"].claims[claim["metadata"]["uid"]]
     assert result.error == ""
     assert list(result.devices[0].cdi_device_ids) == [
-        f"k8s.compute-domain.nvidia.com/claim={claim['metadata']['uid']}-channel-0"]
+        f"k8s.compute-domain.nvidia.com/claim={claim['metadata']['uid']}-channel-0"
+    ]
     spec = read_spec(node, claim["metadata"]["uid"])
     nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
     assert [n["path"] for n in nodes] == ["/dev/nvidia-caps-imex-channels/channel0"]
     assert nodes[0]["major"] == 234 and "minor" not in nodes[0]
 
 
-def ready_channel_claim(cluster, node, name="wl", mode="Single", device="channel-0",
-                        namespace="default", cd_name="cd1"):
+def ready_channel_claim(
+    cluster, node, name="wl", mode="Single", device="channel-0", namespace="default", cd_name="cd1"
+):
     cd = cluster.compute_domain(cd_name, namespace=namespace)
     uid = cd["metadata"]["uid"]
     cluster.set_clique_daemon(uid, node.clique_id, NODE, "Ready")
-    claim = cluster.claim(name, namespace, NODE, device=device, request="channel",
-                          parameters=channel_params(uid, mode))
-    return cd, claim
+    return cd, cluster.channel_claim(name, namespace, uid, mode, device=device)
 
 
 def test_allocation_mode_all_injects_every_channel(kubelet, cluster, node):
     _, claim = ready_channel_claim(cluster, node, mode="All")
     resp = kubelet.prepare([claim])
     assert resp.claims[claim["metadata"]["uid"]].error == ""
-    nodes = read_spec(node, claim["metadata"]["uid"])["devices"][0]["containerEdits"][
-        "deviceNodes"]
+    nodes = read_spec(node, claim["metadata"]["uid"])["devices"][0]["containerEdits"]["deviceNodes"]
     assert len(nodes) == 2048
     assert [n["path"].rsplit("/", 1)[1] for n in nodes[:4]] == [
-        "channel0", "channel1", "channel10", "channel100"]
+        "channel0",
+        "channel1",
+        "channel10",
+        "channel100",
+    ]
 
 
 def test_v1beta1_is_served_the_same(kubelet, cluster, node):
@@ -228,25 +208,50 @@ def test_prepare_is_idempotent_and_unprepare_cleans_up(kubelet, cluster, node):
 def test_namespace_mismatch_is_a_permanent_error(kubelet, cluster, node):
     cluster.namespace("other")
     cd = cluster.compute_domain("cd1")
-    claim = cluster.claim("wl", "other", NODE, device="channel-0", request="channel",
-                          parameters=channel_params(cd["metadata"]["uid"]))
+    claim = cluster.channel_claim("wl", "other", cd["metadata"]["uid"])
     resp = kubelet.prepare([claim])
-    assert "namespace is different than the ComputeDomain's namespace" in resp.claims[
-        claim["metadata"]["uid"]].error
+    assert (
+        "namespace is different than the ComputeDomain's namespace"
+        in resp.claims[claim["metadata"]["uid"]].error
+    )
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"apiVersion": names.API_VERSION, "kind": names.KIND_CHANNEL_CONFIG, "domainID": "x",
-      "unknown": "field"}, "unknown field 'unknown'"),
-    ({"apiVersion": names.API_VERSION, "kind": names.KIND_CHANNEL_CONFIG,
-      "domainID": "../x"}, "must not contain '/'"),
-    ({"apiVersion": names.API_VERSION, "kind": names.KIND_CHANNEL_CONFIG, "domainID": "u",
-      "allocationMode": "Many"}, "invalid allocationMode 'Many'"),
-    (None, "no ComputeDomainChannelConfig for device channel-0"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND_CHANNEL_CONFIG,
+                "domainID": "x",
+                "unknown": "field",
+            },
+            "unknown field 'unknown'",
+        ),
+        (
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND_CHANNEL_CONFIG,
+                "domainID": "../x",
+            },
+            "must not contain '/'",
+        ),
+        (
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND_CHANNEL_CONFIG,
+                "domainID": "u",
+                "allocationMode": "Many",
+            },
+            "invalid allocationMode 'Many'",
+        ),
+        (None, "no ComputeDomainChannelConfig for device channel-0"),
+    ],
+)
 def test_bad_configs_are_refused_with_nothing_written(kubelet, cluster, node, params, message):
-    claim = cluster.claim("bad", "default", NODE, device="channel-0", request="channel",
-                          parameters=params)
+    claim = cluster.claim(
+        "bad", "default", NODE, device="channel-0", request="channel", parameters=params
+    )
     resp = kubelet.prepare([claim])
     assert message in resp.claims[claim["metadata"]["uid"]].error
     assert names.LABEL_COMPUTE_DOMAIN not in cluster.node_labels(NODE)
@@ -266,10 +271,8 @@ def test_label_of_another_domain_keeps_the_claim_pending(kubelet, cluster, node)
 def test_channel_zero_is_owned_by_one_claim_at_a_time(kubelet, cluster, node):
     _, first = ready_channel_claim(cluster, node, name="wl1")
     assert kubelet.prepare([first]).claims[first["metadata"]["uid"]].error == ""
-    second = cluster.claim("wl2", "default", NODE, device="channel-0", request="channel",
-                           parameters=channel_params(
-                               first["status"]["allocation"]["devices"]["config"][0]["opaque"][
-                                   "parameters"]["domainID"]))
+    domain = first["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]
+    second = cluster.channel_claim("wl2", "default", domain["domainID"])
     resp = kubelet.prepare([second])
     assert second["metadata"]["uid"] not in resp.claims
     kubelet.unprepare([first])
@@ -281,11 +284,25 @@ def test_whole_rpc_errors(kubelet, cluster, node):
     with pytest.raises(grpc.RpcError) as err:
         kubelet.prepare([missing])
     assert "retrieve claim default/ghost" in err.value.details()
-    unallocated = cluster.resource.create_namespaced_resource_claim("default", {
-        "metadata": {"name": "unallocated"}, "spec": {"devices": {"requests": [
-            {"name": "r", "exactly": {"deviceClassName": names.DEVICE_CLASS_DEFAULT_CHANNEL}}]}}})
-    ref = {"metadata": {"namespace": "default", "name": "unallocated",
-                        "uid": unallocated.metadata.uid}}
+    unallocated = cluster.resource.create_namespaced_resource_claim(
+        "default",
+        {
+            "metadata": {"name": "unallocated"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "r",
+                            "exactly": {"deviceClassName": names.DEVICE_CLASS_DEFAULT_CHANNEL},
+                        }
+                    ]
+                }
+            },
+        },
+    )
+    ref = {
+        "metadata": {"namespace": "default", "name": "unallocated", "uid": unallocated.metadata.uid}
+    }
     with pytest.raises(grpc.RpcError) as err:
         kubelet.prepare([ref])
     assert "claim default/unallocated not allocated" in err.value.details()
@@ -302,8 +319,7 @@ def test_non_fabric_node_gets_no_channel_device(apiserver, cluster, short_dir, t
     try:
         cd = cluster.compute_domain("cd1")
         cluster.set_cd_node_status(cd, NODE, "Ready")
-        claim = cluster.claim("wl", "default", NODE, device="channel-0", request="channel",
-                              parameters=channel_params(cd["metadata"]["uid"]))
+        claim = cluster.channel_claim("wl", "default", cd["metadata"]["uid"])
         resp = Kubelet(env).prepare([claim])
         result = resp.claims[claim["metadata"]["uid"]]
         assert result.error == "" and list(result.devices[0].cdi_device_ids) == []
@@ -325,8 +341,7 @@ def test_gpu_clique_label_is_owned_when_enabled(apiserver, cluster, short_dir, t
 def test_cleanup_of_stale_claims_orphans_and_domains(agent, kubelet, cluster, node):
     cd = cluster.compute_domain("cd1")
     uid = cd["metadata"]["uid"]
-    claim = cluster.claim("wl", "default", NODE, device="channel-0", request="channel",
-                          parameters=channel_params(uid))
+    claim = cluster.channel_claim("wl", "default", uid)
     # The claim's Prepare is still waiting for the daemon when the claim is deleted.
     resp = kubelet.prepare([claim], timeout=30)
     assert claim["metadata"]["uid"] not in resp.claims
@@ -360,9 +375,17 @@ def fake_imex_ctl(driver_root: Path, output: str, code: int = 0) -> None:
 
 @pytest.fixture
 def host_managed(apiserver, cluster, short_dir, tmp_path):
-    env = NodeEnv(short_dir / "hm", extra_args=[
-        "--imex-mode", "hostManaged", "--feature-gates", "HostManagedIMEXDaemon=true",
-        "--imex-ctl-chroot", "false"])
+    env = NodeEnv(
+        short_dir / "hm",
+        extra_args=[
+            "--imex-mode",
+            "hostManaged",
+            "--feature-gates",
+            "HostManagedIMEXDaemon=true",
+            "--imex-ctl-chroot",
+            "false",
+        ],
+    )
     agent = AgentThread(env.config(apiserver.write_kubeconfig(tmp_path / "kc")))
     try:
         yield env
@@ -370,26 +393,27 @@ def host_managed(apiserver, cluster, short_dir, tmp_path):
         agent.close()
 
 
-def test_host_managed_publishes_only_channel_0_and_refuses_daemon_claims(host_managed, cluster,
-                                                                          k8s):
-    slices = client.ResourceV1Api(k8s).list_resource_slice(
-        field_selector=f"spec.nodeName={NODE}").items
+def test_host_managed_publishes_only_channel_0_and_refuses_daemon_claims(
+    host_managed, cluster, k8s
+):
+    slices = (
+        client.ResourceV1Api(k8s).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+    )
     assert [d.name for d in slices[0].spec.devices] == ["channel-0"]
     cd = cluster.compute_domain("cd1")
-    claim = cluster.claim("daemon", DRIVER_NS, NODE, device="daemon-0", request="daemon",
-                          parameters=daemon_params(cd["metadata"]["uid"]))
+    claim = cluster.daemon_claim("daemon", cd["metadata"]["uid"])
     resp = Kubelet(host_managed).prepare([claim])
-    assert "not supported when imex.mode=hostManaged" in resp.claims[
-        claim["metadata"]["uid"]].error
+    assert "not supported when imex.mode=hostManaged" in resp.claims[claim["metadata"]["uid"]].error
 
 
-@pytest.mark.parametrize("output, code, ready", [
-    ("READY", 0, True), ("NOT_READY", 0, False), ("connection refused", 1, False)])
+@pytest.mark.parametrize(
+    "output, code, ready",
+    [("READY", 0, True), ("NOT_READY", 0, False), ("connection refused", 1, False)],
+)
 def test_host_managed_requires_an_exact_ready_line(host_managed, cluster, output, code, ready):
     fake_imex_ctl(host_managed.root / "driver-root", output, code)
     cd = cluster.compute_domain("cd1")
-    claim = cluster.claim("wl", "default", NODE, device="channel-0", request="channel",
-                          parameters=channel_params(cd["metadata"]["uid"], "All"))
+    claim = cluster.channel_claim("wl", "default", cd["metadata"]["uid"], "All")
     resp = Kubelet(host_managed).prepare([claim], timeout=30)
     uid = claim["metadata"]["uid"]
     if not ready:
@@ -403,7 +427,6 @@ def test_host_managed_requires_an_exact_ready_line(host_managed, cluster, output
 
 def test_host_managed_without_imex_ctl_keeps_the_claim_pending(host_managed, cluster):
     cd = cluster.compute_domain("cd1")
-    claim = cluster.claim("wl", "default", NODE, device="channel-0", request="channel",
-                          parameters=channel_params(cd["metadata"]["uid"]))
+    claim = cluster.channel_claim("wl", "default", cd["metadata"]["uid"])
     resp = Kubelet(host_managed).prepare([claim], timeout=30)
     assert claim["metadata"]["uid"] not in resp.claims

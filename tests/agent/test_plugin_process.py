@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -16,50 +14,30 @@ import grpc
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-sys.path.insert(0, str(Path(__file__).parent))
 from plugin_env import (
     DRIVER_NS,
+    NODE,
     AgentProcess,
     AgentThread,
-    ClusterObjects,
     Kubelet,
     NodeEnv,
-    channel_params,
-    daemon_params,
 )
 
 from agent.checkpoint import CheckpointStore
 from api import names
 
-NODE = "node-a"
 AGENT = Path(sys.executable).parent / "compute-domain-agent"
 
 
-@pytest.fixture
-def short_dir():
-    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def cluster(k8s, project_crds) -> ClusterObjects:
-    objects = ClusterObjects(k8s)
-    objects.namespace(DRIVER_NS)
-    objects.node(NODE)
-    return objects
-
-
 def run_agent(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([AGENT, "plugin", *args], capture_output=True, text=True, timeout=60,
-                          env=env)
+    return subprocess.run(
+        [AGENT, "plugin", *args], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
-def test_fatal_start_up_errors_are_one_line_that_says_what_to_fix(apiserver, cluster,
-                                                                    short_dir, tmp_path):
+def test_fatal_start_up_errors_are_one_line_that_says_what_to_fix(
+    apiserver, cluster, short_dir, tmp_path
+):
     node = NodeEnv(short_dir / "n")
     kubeconfig = apiserver.write_kubeconfig(tmp_path / "kc")
     (node.root / "proc-devices").write_text("Character devices:\n195 nvidia\n\nBlock devices:\n")
@@ -78,8 +56,9 @@ def test_fatal_start_up_errors_are_one_line_that_says_what_to_fix(apiserver, clu
 
 
 def test_health_and_metrics_endpoints(apiserver, cluster, short_dir, tmp_path):
-    node = NodeEnv(short_dir / "n", extra_args=["--healthcheck-port", "0",
-                                                "--http-endpoint", "127.0.0.1:0"])
+    node = NodeEnv(
+        short_dir / "n", extra_args=["--healthcheck-port", "0", "--http-endpoint", "127.0.0.1:0"]
+    )
     agent = AgentThread(node.config(apiserver.write_kubeconfig(tmp_path / "kc")))
     try:
         port = agent.app.health.port
@@ -92,15 +71,17 @@ def test_health_and_metrics_endpoints(apiserver, cluster, short_dir, tmp_path):
                 stub.Check(health_pb2.HealthCheckRequest(service="other"), timeout=10)
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
         cd = cluster.compute_domain("cd1")
-        claim = cluster.claim("d", DRIVER_NS, NODE, device="daemon-0", request="daemon",
-                              parameters=daemon_params(cd["metadata"]["uid"]))
+        claim = cluster.daemon_claim("d", cd["metadata"]["uid"])
         Kubelet(node).prepare([claim])
         url = f"http://127.0.0.1:{agent.app.metrics_server.port}/metrics"
         text = urllib.request.urlopen(url, timeout=10).read().decode()
-        assert ('nvidia_dra_requests_total{driver="compute-domain.nvidia.com",'
-                'operation="prepare"} 1.0') in text
-        assert ('nvidia_dra_prepared_devices{device_type="daemon",'
-                'driver="compute-domain.nvidia.com",node="node-a"} 1.0') in text
+        assert (
+            'nvidia_dra_requests_total{driver="compute-domain.nvidia.com",operation="prepare"} 1.0'
+        ) in text
+        assert (
+            'nvidia_dra_prepared_devices{device_type="daemon",'
+            'driver="compute-domain.nvidia.com",node="node-a"} 1.0'
+        ) in text
     finally:
         agent.close()
 
@@ -111,18 +92,40 @@ def test_a_reference_written_checkpoint_is_honoured(apiserver, cluster, short_di
 
     node = NodeEnv(short_dir / "n")
     cd = cluster.compute_domain("cd1")
-    claim = cluster.claim("d", DRIVER_NS, NODE, device="daemon-0", request="daemon",
-                          parameters=daemon_params(cd["metadata"]["uid"]))
+    claim = cluster.daemon_claim("d", cd["metadata"]["uid"])
     uid = claim["metadata"]["uid"]
     ids = ["k8s.compute-domain.nvidia.com/device=all"]
     node.plugin_dir.mkdir(parents=True)
     boot_id = (node.root / "boot_id").read_text().strip()
-    CheckpointStore(node.plugin_dir / "checkpoint.json").write(Checkpoint(
-        claims={uid: ClaimEntry(state="PrepareCompleted", status=claim["status"], prepared=[
-            PreparedGroup(config_type="daemon", domain_id=cd["metadata"]["uid"], devices=[
-                PreparedDevice(kind="daemon", id=0, requests=["daemon"], pool=NODE,
-                               device="daemon-0", cdi_device_ids=ids)])],
-            name="d", namespace=DRIVER_NS)}, boot_id=boot_id))
+    CheckpointStore(node.plugin_dir / "checkpoint.json").write(
+        Checkpoint(
+            claims={
+                uid: ClaimEntry(
+                    state="PrepareCompleted",
+                    status=claim["status"],
+                    prepared=[
+                        PreparedGroup(
+                            config_type="daemon",
+                            domain_id=cd["metadata"]["uid"],
+                            devices=[
+                                PreparedDevice(
+                                    kind="daemon",
+                                    id=0,
+                                    requests=["daemon"],
+                                    pool=NODE,
+                                    device="daemon-0",
+                                    cdi_device_ids=ids,
+                                )
+                            ],
+                        )
+                    ],
+                    name="d",
+                    namespace=DRIVER_NS,
+                )
+            },
+            boot_id=boot_id,
+        )
+    )
     agent = AgentThread(node.config(apiserver.write_kubeconfig(tmp_path / "kc")))
     try:
         resp = Kubelet(node).prepare([claim])
@@ -131,17 +134,16 @@ def test_a_reference_written_checkpoint_is_honoured(apiserver, cluster, short_di
         agent.close()
 
 
-def test_kill_9_at_random_points_leaves_recoverable_state(apiserver, cluster, short_dir,
-                                                          tmp_path):
+def test_kill_9_at_random_points_leaves_recoverable_state(apiserver, cluster, short_dir, tmp_path):
     node = NodeEnv(short_dir / "n")
     kubeconfig = apiserver.write_kubeconfig(tmp_path / "kc")
     cd = cluster.compute_domain("cd1")
     cd_uid = cd["metadata"]["uid"]
     cluster.set_clique_daemon(cd_uid, node.clique_id, NODE, "Ready")
-    claims = [cluster.claim("daemon", DRIVER_NS, NODE, device="daemon-0", request="daemon",
-                            parameters=daemon_params(cd_uid)),
-              cluster.claim("wl", "default", NODE, device="channel-0", request="channel",
-                            parameters=channel_params(cd_uid, "All"))]
+    claims = [
+        cluster.daemon_claim("daemon", cd_uid),
+        cluster.channel_claim("wl", "default", cd_uid, "All"),
+    ]
     kubelet = Kubelet(node)
     rng = random.Random(1234)
     expected: dict[str, list[str]] = {}
