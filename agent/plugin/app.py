@@ -16,7 +16,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent import kube
 from agent.checkpoint import (
     BootIdError,
     Checkpoint,
@@ -42,7 +41,7 @@ from agent.plugin.metrics import MetricsServer, PluginMetrics
 from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
-from api import featuregates
+from api import featuregates, kube
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from kubernetes import client
 
-from agent.kube import Informer
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.nodeops import NodeOps
 from api import names
+from api.kube import Informer
 
 
 def _uid(obj: dict[str, Any]) -> str:

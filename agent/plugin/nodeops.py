@@ -15,10 +15,10 @@ import orjson
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from agent.kube import call
 from agent.plugin.errors import PermanentError, RetryableError
 from agent.plugin.grpcserver import ClaimRef, RpcError
 from api import names
+from api.kube import call
 
 log = logging.getLogger(__name__)
 _CONFLICT_RETRIES = 8

@@ -15,8 +15,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from agent.kube import Informer, call
 from api import names
+from api.kube import Informer, call
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,10 @@
-"""Kubernetes access for the agent: one client, blocking calls off the event loop.
+"""Kubernetes access shared by the agent and the controller: one client, blocking calls off
+the event loop, and list+watch caches (informers) kept on the loop.
 
-The `kubernetes` client is synchronous; the agent has one event loop. Every call goes
+The `kubernetes` client is synchronous; each process has one event loop. Every call goes
 through `call()` (a worker thread), and watches run in threads that hand events to the
-loop, so nothing blocks Prepare/Unprepare RPCs.
+loop, so nothing blocks RPCs or reconciles. (This lives in `api` because the agent and
+the controller may not import each other.)
 """
 
 from __future__ import annotations
