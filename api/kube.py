@@ -51,8 +51,12 @@ class Informer:
     def __init__(self, loop: asyncio.AbstractEventLoop, list_fn: Callable[..., Any],
                  key: Callable[[dict[str, Any]], str], name: str,
                  list_kwargs: dict[str, Any] | None = None,
-                 to_dict: Callable[[Any], dict[str, Any]] | None = None) -> None:
+                 to_dict: Callable[[Any], dict[str, Any]] | None = None,
+                 on_change: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._loop = loop
+        # Called on the loop for every object added, changed or deleted (and for every
+        # object of a re-list, which is how a controller resyncs after 410 or reconnect).
+        self._on_change = on_change
         # Built-in kinds come back as client models; custom objects already are dicts.
         self._to_dict = to_dict or (lambda obj: obj)
         self._list_fn = list_fn
@@ -64,6 +68,7 @@ class Informer:
         self._changed = asyncio.Event()
         self.version = 0  # bumped on every change, so a waiter can tell it missed none
         self._stop = threading.Event()
+        self._rng = random.Random()  # this thread's own: never the shared global generator
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
 
     def start(self) -> None:
@@ -75,9 +80,13 @@ class Informer:
     # --- loop side ---------------------------------------------------------------------
 
     def _replace(self, items: list[dict[str, Any]]) -> None:
+        old = self.items
         self.items = {self._key(o): o for o in items}
         self.synced.set()
         self._notify()
+        if self._on_change is not None:
+            for obj in [*items, *(o for k, o in old.items() if k not in self.items)]:
+                self._on_change(obj)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         key = self._key(obj)
@@ -86,6 +95,8 @@ class Informer:
         else:
             self.items[key] = obj
         self._notify()
+        if self._on_change is not None:
+            self._on_change(obj)
 
     def _notify(self) -> None:
         self.version += 1
@@ -134,12 +145,16 @@ class Informer:
                         self._post(self._apply, event["type"], self._to_dict(event["object"]))
                 delay = 0.2
             except ApiException as err:
+                if self._stop.is_set():
+                    return
                 if err.status != 410:
                     log.warning("%s watch failed (%s %s); re-listing", self.name, err.status,
                                 err.reason)
-                    self._stop.wait(delay * random.uniform(0.5, 1.5))
+                    self._stop.wait(delay * self._rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 10.0)
             except Exception as err:
+                if self._stop.is_set():
+                    return
                 log.warning("%s watch failed (%s); re-listing", self.name, err)
-                self._stop.wait(delay * random.uniform(0.5, 1.5))
+                self._stop.wait(delay * self._rng.uniform(0.5, 1.5))
                 delay = min(delay * 2, 10.0)

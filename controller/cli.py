@@ -1,17 +1,56 @@
-"""Command line of `compute-domain-controller`."""
+"""Command line of `compute-domain-controller`: the cluster controller."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import logging
 import sys
 from collections.abc import Sequence
 
-from api.cli import run_program
+from api.cli import env_option
+from api.errors import ValidationError
+from api.version import version_line
 
 PROG = "compute-domain-controller"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_program(PROG, __doc__, argv)
+    """Like the reference, the controller takes flags only; `version` is the one word."""
+    from controller.config import add_controller_flags
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["version"], ["--version"]):
+        print(version_line(PROG))
+        return 0
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    env_option(parser, "-v", "--verbosity", env="LOG_VERBOSITY", type=int, default=4,
+               help="log verbosity (0 warnings only, 1-4 info, 5+ debug)")
+    add_controller_flags(parser)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.error(f"arguments not supported: {extra}")
+    if args.version:
+        print(version_line(PROG))
+        return 0
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from controller.app import main as run_main
+    from controller.config import config_from_args
+
+    level = logging.DEBUG if args.verbosity >= 5 else logging.INFO if args.verbosity else (
+        logging.WARNING)
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ValidationError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 1
+    return asyncio.run(run_main(config))
 
 
 if __name__ == "__main__":

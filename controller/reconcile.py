@@ -1,0 +1,375 @@
+"""One reconcile of one ComputeDomain (reference controller.md §2-§4), idempotent.
+
+Live CD: finalizer, generated objects, status. Deleting CD: the reference's strict order,
+finalizers removed only from objects the server already shows terminating, the CD's own
+finalizer last, once the generated objects are really gone. No CD at all (a stale UID):
+delete what still carries its label and clear the finalizers in the same pass.
+
+A reconcile that cannot progress says why on the CD (an Event and the Reconciled=False
+condition) instead of retrying silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from api import names
+from api.kube import call
+from controller import render, status
+from controller.caches import Caches, cd_label
+from controller.config import ControllerConfig
+from controller.events import EventRecorder
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+CONDITION = "Reconciled"
+
+
+class RetryError(Exception):
+    """Not done yet (waiting for the server to catch up): reconcile again later."""
+
+
+@dataclass
+class BlockedError(Exception):
+    """The CD cannot progress until someone acts; reported on the CD."""
+
+    reason: str
+    message: str
+
+
+def _md(obj: Obj) -> dict[str, Any]:
+    return obj.setdefault("metadata", {})
+
+
+def _terminating(obj: Obj) -> bool:
+    return bool(_md(obj).get("deletionTimestamp"))
+
+
+class Reconciler:
+    def __init__(self, api: client.ApiClient, config: ControllerConfig, caches: Caches,
+                 events: EventRecorder) -> None:
+        self._api = api
+        self._cfg = config
+        self._caches = caches
+        self._events = events
+        self._settings = config.render_settings()
+        self._custom = client.CustomObjectsApi(api)
+        self._resource = client.ResourceV1Api(api)
+        self._apps = client.AppsV1Api(api)
+        self._core = client.CoreV1Api(api)
+        self.writes: dict[str, int] = {}
+
+    def _count(self, uid: str) -> None:
+        self.writes[uid] = self.writes.get(uid, 0) + 1
+
+    # --- entry point ---------------------------------------------------------------
+
+    async def reconcile(self, uid: str) -> None:
+        cd = self._caches.cds.items.get(uid)
+        if cd is None:
+            await self._cleanup_stale(uid)
+            return
+        try:
+            if _terminating(cd):
+                await self._delete(cd)
+            else:
+                await self._ensure(cd)
+        except BlockedError as blocked:
+            await self._report(cd, blocked)
+            raise RetryError(blocked.message) from None
+
+    # --- live CD ---------------------------------------------------------------------
+
+    async def _ensure(self, cd: Obj) -> None:
+        uid = _md(cd)["uid"]
+        cd = await self._add_finalizer(cd)
+        if not self._cfg.host_managed:
+            await self._ensure_daemon_objects(uid)
+        await self._ensure_workload_template(cd)
+        await self._write_status(cd)
+        if self._cfg.cliques and not self._cfg.host_managed:
+            await self._prune_cliques(uid)
+
+    async def _add_finalizer(self, cd: Obj) -> Obj:
+        md = _md(cd)
+        if names.FINALIZER in (md.get("finalizers") or []):
+            return cd
+        body = {"metadata": {"finalizers": [*(md.get("finalizers") or []), names.FINALIZER],
+                             "resourceVersion": md["resourceVersion"]}}
+        updated = await call(self._custom.patch_namespaced_custom_object, names.GROUP,
+                             names.VERSION, md["namespace"], names.PLURAL_COMPUTE_DOMAINS,
+                             md["name"], body)
+        self._count(md["uid"])
+        return updated
+
+    async def _create(self, uid: str, create: Any, *args: Any) -> None:
+        try:
+            await call(create, *args)
+            self._count(uid)
+        except ApiException as err:
+            if err.status == 403:
+                raise BlockedError("Forbidden", f"the controller may not create {args[-1]['kind']} "
+                              f"{_md(args[-1]).get('name')}: check its RBAC") from None
+            if err.status != 409:
+                raise
+
+    async def _ensure_daemon_objects(self, uid: str) -> None:
+        managed = self._cfg.managed_namespaces
+        if not [o for o in Caches.labeled(self._caches.templates, uid, managed)
+                if render.is_ours(o, uid, names.TARGET_DAEMON)]:
+            rct = render.daemon_claim_template(uid, self._settings)
+            await self._create(uid, self._resource.create_namespaced_resource_claim_template,
+                               self._cfg.namespace, rct)
+        if not Caches.labeled(self._caches.daemonsets, uid, managed):
+            ds = render.daemon_set(uid, self._settings)
+            await self._create(uid, self._apps.create_namespaced_daemon_set, self._cfg.namespace,
+                               ds)
+
+    async def _ensure_workload_template(self, cd: Obj) -> None:
+        md = _md(cd)
+        uid, namespace = md["uid"], md["namespace"]
+        name = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
+        key = f"{namespace}/{name}"
+        existing = self._caches.templates.items.get(key)
+        if existing is not None and render.is_ours(existing, uid, names.TARGET_WORKLOAD):
+            return
+        if existing is None:
+            rct = render.workload_claim_template(cd, self._settings)
+            try:
+                await call(self._resource.create_namespaced_resource_claim_template, namespace,
+                           rct)
+                self._count(uid)
+                return
+            except ApiException as err:
+                if err.status == 403:
+                    raise BlockedError("Forbidden", "the controller may not create the "
+                                  f"ResourceClaimTemplate {key}: check its RBAC") from None
+                if err.status != 409:
+                    raise
+        raise BlockedError(
+            "TemplateNameTaken",
+            f"ResourceClaimTemplate {key} already exists and was not created for this "
+            "ComputeDomain: rename spec.channel.resourceClaimTemplate.name (the spec is "
+            "immutable, so recreate the ComputeDomain) or delete that template")
+
+    # --- status ------------------------------------------------------------------------
+
+    def _nodes(self, cd: Obj) -> list[Obj]:
+        if self._cfg.host_managed:
+            return []
+        uid = _md(cd)["uid"]
+        managed = self._cfg.managed_namespaces
+        pods = Caches.labeled(self._caches.pods, uid, managed)
+        if self._cfg.cliques:
+            cliques = Caches.labeled(self._caches.cliques, uid, managed)
+            return status.nodes_from_cliques(cliques, pods)
+        return status.nodes_legacy((cd.get("status") or {}).get("nodes") or [], pods)
+
+    async def _write_status(self, cd: Obj, *,
+                            blocked: BlockedError | None = None) -> None:
+        md = _md(cd)
+        current = cd.get("status") or {}
+        nodes = self._nodes(cd)
+        body = status.status_body(nodes, (cd.get("spec") or {}).get("numNodes") or 0,
+                                  host_managed=self._cfg.host_managed)
+        conditions = _with_condition(current.get("conditions") or [], md.get("generation"),
+                                     blocked)
+        if conditions:
+            body["conditions"] = conditions
+        unchanged = (current.get("status") == body["status"]
+                     and status.nodes_equal(current.get("nodes") or [], body.get("nodes") or [])
+                     and _conditions_equal(current.get("conditions") or [], conditions))
+        if unchanged:
+            return
+        new = {**cd, "status": body}
+        try:
+            await call(self._custom.replace_namespaced_custom_object_status, names.GROUP,
+                       names.VERSION, md["namespace"], names.PLURAL_COMPUTE_DOMAINS, md["name"],
+                       new)
+            self._count(md["uid"])
+        except ApiException as err:
+            if err.status in (404, 409):  # a newer copy is on its way through the watch
+                where = f"{md['namespace']}/{md['name']}"
+                raise RetryError(f"status of {where}: {err.reason}") from None
+            raise
+
+    async def _report(self, cd: Obj, blocked: BlockedError) -> None:
+        await self._events.warning(cd, blocked.reason, blocked.message)
+        try:
+            await self._write_status(cd, blocked=blocked)
+        except (RetryError, ApiException) as err:
+            log.info("could not record condition on %s: %s", _md(cd)["name"], err)
+
+    async def _prune_cliques(self, uid: str) -> None:
+        managed = self._cfg.managed_namespaces
+        pod_nodes = status.pod_node_names(Caches.labeled(self._caches.pods, uid, managed))
+        for clique in Caches.labeled(self._caches.cliques, uid, managed):
+            kept = status.prune_clique_daemons(clique, pod_nodes)
+            if kept is None:
+                continue
+            md = _md(clique)
+            body = {**clique, "daemons": kept}
+            try:
+                await call(self._custom.replace_namespaced_custom_object, names.GROUP,
+                           names.VERSION, md["namespace"], names.PLURAL_CLIQUES, md["name"],
+                           body)
+                self._count(uid)
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    raise
+                raise RetryError(f"pruning clique {md['name']}: {err.reason}") from None
+
+    # --- deletion ----------------------------------------------------------------------
+
+    async def _delete(self, cd: Obj) -> None:
+        uid = _md(cd)["uid"]
+        await self._delete_generated(uid)
+        if names.FINALIZER in (_md(cd).get("finalizers") or []):
+            md = _md(cd)
+            body = {"metadata": {"finalizers": [f for f in md["finalizers"]
+                                                if f != names.FINALIZER],
+                                 "resourceVersion": md["resourceVersion"]}}
+            try:
+                await call(self._custom.patch_namespaced_custom_object, names.GROUP,
+                           names.VERSION, md["namespace"], names.PLURAL_COMPUTE_DOMAINS,
+                           md["name"], body)
+                self._count(uid)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+
+    async def _delete_generated(self, uid: str) -> None:
+        """Steps 1-7 of reference §3.2; raises RetryError until everything is gone."""
+        workload = [o for o in Caches.labeled(self._caches.templates, uid)
+                    if render.is_ours(o, uid, names.TARGET_WORKLOAD)]
+        daemon = [o for o in Caches.labeled(self._caches.templates, uid,
+                                             self._cfg.managed_namespaces)
+                  if render.is_ours(o, uid, names.TARGET_DAEMON)]
+        daemonsets = Caches.labeled(self._caches.daemonsets, uid, self._cfg.managed_namespaces)
+        for obj in workload:
+            await self._delete_object(uid, obj)
+        for obj in [*daemon, *daemonsets]:
+            await self._delete_object(uid, obj)
+        await self._remove_node_labels(uid)
+        for obj in [*workload, *daemon, *daemonsets]:
+            await self._remove_finalizer(uid, obj)
+        remaining = [o for o in (*Caches.labeled(self._caches.templates, uid),
+                                 *Caches.labeled(self._caches.daemonsets, uid))]
+        if remaining:
+            raise RetryError(f"ComputeDomain {uid}: {len(remaining)} generated objects still "
+                             "exist")
+
+    def _api_for(self, obj: Obj) -> tuple[Any, Any, Any]:
+        if obj.get("kind") == "DaemonSet":
+            return (self._apps.read_namespaced_daemon_set, self._apps.delete_namespaced_daemon_set,
+                    self._apps.replace_namespaced_daemon_set)
+        r = self._resource
+        return (r.read_namespaced_resource_claim_template,
+                r.delete_namespaced_resource_claim_template,
+                r.replace_namespaced_resource_claim_template)
+
+    async def _delete_object(self, uid: str, obj: Obj) -> None:
+        if _terminating(obj):
+            return
+        _, delete, _ = self._api_for(obj)
+        md = _md(obj)
+        try:
+            await call(delete, md["name"], md["namespace"])
+            self._count(uid)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    async def _remove_finalizer(self, uid: str, obj: Obj) -> None:
+        """Only from an object the server shows terminating: read it live, not from cache,
+        so a stale object goes in the same pass as its delete."""
+        read, _, replace = self._api_for(obj)
+        md = _md(obj)
+        try:
+            live = self._api.sanitize_for_serialization(
+                await call(read, md["name"], md["namespace"]))
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        live_md = live["metadata"]
+        finalizers = live_md.get("finalizers") or []
+        if names.FINALIZER not in finalizers:
+            return
+        if not live_md.get("deletionTimestamp"):
+            raise RetryError(f"attempting to remove finalizer before {obj.get('kind')} "
+                             f"{md['namespace']}/{md['name']} marked for deletion")
+        # A full update carrying the read resourceVersion: a strategic merge patch cannot
+        # shrink a finalizer list, and a conflict must be seen, not overwritten.
+        live_md["finalizers"] = [f for f in finalizers if f != names.FINALIZER]
+        try:
+            await call(replace, md["name"], md["namespace"], live)
+            self._count(uid)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+            raise RetryError(f"finalizer of {md['name']}: {err.reason}") from None
+
+    async def _remove_node_labels(self, uid: str) -> None:
+        nodes = await call(self._core.list_node,
+                           label_selector=f"{names.LABEL_COMPUTE_DOMAIN} in ({uid})")
+        for node in nodes.items:
+            labels = dict(node.metadata.labels or {})
+            labels.pop(names.LABEL_COMPUTE_DOMAIN, None)
+            node.metadata.labels = labels
+            try:
+                await call(self._core.replace_node, node.metadata.name, node)
+                self._count(uid)
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    raise
+                raise RetryError(f"node {node.metadata.name}: {err.reason}") from None
+
+    async def _cleanup_stale(self, uid: str) -> None:
+        """Objects and labels of a CD that no longer exists (reference §3.4, same pass)."""
+        if not self._caches.cds.synced.is_set():
+            raise RetryError("ComputeDomain cache not synced yet")
+        stale = [o for o in (*Caches.labeled(self._caches.templates, uid),
+                             *Caches.labeled(self._caches.daemonsets, uid))]
+        labeled_nodes = Caches.labeled(self._caches.nodes, uid)
+        if not stale and not labeled_nodes:
+            return
+        log.info("cleaning up %d objects and %d node labels of deleted ComputeDomain %s",
+                 len(stale), len(labeled_nodes), uid)
+        await self._delete_generated(uid)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _with_condition(current: list[Obj], generation: Any, blocked: BlockedError | None
+                    ) -> list[Obj]:
+    """Reconciled=False with the reason while blocked; removed again once it recovers."""
+    others = [c for c in current if c.get("type") != CONDITION]
+    if blocked is None:
+        return others
+    previous = next((c for c in current if c.get("type") == CONDITION), None)
+    if previous is not None and previous.get("reason") == blocked.reason and previous.get(
+            "message") == blocked.message:
+        return current
+    condition = {"type": CONDITION, "status": "False", "reason": blocked.reason,
+                 "message": blocked.message, "lastTransitionTime": _now()}
+    if isinstance(generation, int):
+        condition["observedGeneration"] = generation
+    return [*others, condition]
+
+
+def _conditions_equal(a: list[Obj], b: list[Obj]) -> bool:
+    def key(c: Obj) -> tuple[Any, ...]:
+        return (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+    return sorted(map(key, a)) == sorted(map(key, b))
+
+
+__all__ = ["BlockedError", "Reconciler", "RetryError", "cd_label"]
