@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from api.cli import Subcommands, env_option, run_program
+from api import names
+from api.cli import Subcommands, env_option, parse_duration, run_program
 from api.errors import ValidationError
 
 PROG = "compute-domain-agent"
@@ -30,6 +34,79 @@ def add_commands(sub: Subcommands) -> None:
                help="log verbosity (0 warnings only, 1-4 info, 5+ debug)")
     add_plugin_flags(plugin)
     plugin.set_defaults(handler=_run_plugin)
+
+    daemon = sub.add_parser(
+        "daemon", help="IMEX supervision in a ComputeDomain daemon pod",
+        description="Run or probe the IMEX daemon of one ComputeDomain on this node.")
+    daemon_sub = daemon.add_subparsers(dest="daemon_command", metavar="COMMAND")
+    run = daemon_sub.add_parser("run", help="join the clique and supervise nvidia-imex")
+    check = daemon_sub.add_parser("check", help="probe: exit 0 only if nvidia-imex is READY")
+    for p in (run, check):
+        env_option(p, "-v", "--verbosity", env="LOG_VERBOSITY", type=int, default=4,
+                   help="log verbosity (0 warnings only, 1-4 info, 5+ debug)")
+        env_option(p, "--imexd-dir", env="IMEXD_DIR", type=Path, default=Path(names.IMEXD_DIR),
+                   help="the /imexd directory the kubelet plugin mounts")
+        env_option(p, "--imex-ctl", env="IMEX_CTL", default=names.IMEX_CTL_BINARY,
+                   help="nvidia-imex-ctl to query (found through PATH)")
+    env_option(run, "--hosts-file", env="HOSTS_FILE", type=Path,
+               default=Path(names.DEFAULT_HOSTS_FILE), help="hosts file for the peer names")
+    env_option(run, "--imex", env="IMEX_BINARY", default=names.IMEX_BINARY,
+               help="nvidia-imex to run (found through PATH)")
+    env_option(run, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
+               help="kubeconfig file; empty means in-cluster configuration")
+    env_option(run, "--feature-gates", env=names.ENV_FEATURE_GATES, default="",
+               help="Name=bool,Name=bool (the controller passes its full map)")
+    env_option(run, "--poll-interval", env="IMEX_POLL_INTERVAL", type=parse_duration,
+               default=1.0, help="how often to ask nvidia-imex-ctl -q for the state")
+    run.set_defaults(handler=_run_daemon)
+    check.set_defaults(handler=_check_daemon)
+
+
+def _run_daemon(args: argparse.Namespace) -> int:
+    from agent.daemon.identity import IdentityError, identity_from
+    from agent.daemon.netcheck import NetcheckError
+    from agent.daemon.supervisor import ImexSupervisor, SupervisorPaths
+    from api import kube
+    from api.featuregates import COMPUTE_DOMAIN_CLIQUES, IMEX_DAEMONS_WITH_DNS_NAMES, FeatureGates
+
+    _setup_logging(args.verbosity)
+    try:
+        identity = identity_from(os.environ)
+        gates = FeatureGates.parse(args.feature_gates)
+        gates.validate()
+    except (IdentityError, ValidationError) as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 1
+    paths = SupervisorPaths(imexd_dir=args.imexd_dir, hosts_file=args.hosts_file,
+                            imex_binary=args.imex, imex_ctl_binary=args.imex_ctl)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        supervisor = ImexSupervisor(
+            identity, kube.api_client(args.kubeconfig),
+            dns_names=gates.enabled(IMEX_DAEMONS_WITH_DNS_NAMES),
+            cliques=gates.enabled(COMPUTE_DOMAIN_CLIQUES), paths=paths,
+            poll_interval=args.poll_interval)
+        return await supervisor.run(stop)
+
+    try:
+        return asyncio.run(main())
+    except (NetcheckError, OSError, RuntimeError, ValueError) as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 1
+
+
+def _check_daemon(args: argparse.Namespace) -> int:
+    from agent.daemon.readiness import check_main
+
+    if not os.environ.get(names.ENV_CLIQUE_ID):
+        # A non-fabric node runs no IMEX; its pod's readiness is what the controller reports.
+        print("no cliqueID: no IMEX daemon on this node, nothing to check")
+        return 0
+    return check_main(args.imex_ctl, str(args.imexd_dir / names.IMEXD_CONFIG))
 
 
 def _run_plugin(args: argparse.Namespace) -> int:

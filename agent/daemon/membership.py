@@ -1,0 +1,573 @@
+"""Clique membership of one IMEX daemon: its entry (node, IP, index, readiness) in the
+ComputeDomainClique `<cdUID>.<cliqueID>`, or, with ComputeDomainCliques=false, in
+`ComputeDomain.status.nodes` (reference daemon.md section 2).
+
+Every write is a full update carrying the resourceVersion just read. On 409 Conflict we
+re-GET from the server and retry at once with a few milliseconds of jitter: the reference
+retries from its (stale) informer cache with exponential backoff, and with many daemons
+joining together that turns into a conflict storm (sigs#816, sigs#1107). Reading fresh, each
+round of conflicting writers has exactly one winner, so N simultaneous joiners cost N
+successful writes and at most N*(N-1)/2 conflicts, in practice far fewer.
+
+Decisions (where the reference is silent or the brief left a choice):
+
+* The clique is created with our own entry in it (not empty and then updated): one write
+  per joiner instead of two, and the creator trivially gets index 0.
+* Rejoin on the same node keeps the entry's index. If the IP changed the entry goes back to
+  NotReady (a new pod at a new address has proven nothing yet; the readiness path flips it
+  to Ready). If the IP is unchanged the entry, its status included, is left alone and no
+  write happens (unless our pod's ownerReference is missing), as in the reference.
+* `leave()` removes the entry for our node only while it still carries the IP we joined
+  with: a replacement pod on the same node that already rewrote the entry keeps it.
+* Our pod's ownerReference is added to the clique on every join, never removed: the clique
+  is garbage-collected once all daemon pods that touched it are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes import client
+
+from api import names
+from api.kube import Informer, call, status_of
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+OnUpdate = Callable[[list[Obj]], Awaitable[None]]
+
+# Retry immediately after a conflict, with up to this much jitter (seconds).
+CONFLICT_JITTER_S = 0.02
+# A bound so a pathological loop surfaces as an error instead of spinning forever.
+MAX_ATTEMPTS = 200
+
+
+class MembershipError(RuntimeError):
+    """The entry cannot be written (the object is not ours, or retries ran out)."""
+
+
+class CliqueFullError(MembershipError):
+    """Every index below the maximum is taken."""
+
+
+def smallest_free_index(used: set[int], max_nodes: int | None, where: str) -> int:
+    """The smallest non-negative integer not in `used` (gaps are filled so surviving daemons
+    keep their DNS names). `max_nodes=None` skips the limit."""
+    index = 0
+    while index in used:
+        index += 1
+    if max_nodes is not None and index >= max_nodes:
+        raise CliqueFullError(
+            f"{where} is full: {len(used)} daemons hold every index below the maximum of "
+            f"{max_nodes} nodes per IMEX domain; raise --max-nodes-per-imex-domain "
+            f"({names.ENV_MAX_NODES_PER_IMEX_DOMAIN}) to admit more (no available indices "
+            f"within maxNodesPerIMEXDomain ({max_nodes}))"
+        )
+    return index
+
+
+class _OptimisticWriter:
+    """GET, mutate, full update; on 409 re-GET and retry at once with jitter."""
+
+    def __init__(self, api_client: client.ApiClient, rng: random.Random | None) -> None:
+        self._custom = client.CustomObjectsApi(api_client)
+        self._rng = rng or random.Random()
+        self.writes = 0  # successful creates and updates
+        self.conflicts = 0  # 409s: lost update races and lost create races
+        self.reads = 0
+
+    # Subclasses provide these three.
+    async def _get(self) -> Obj | None:
+        raise NotImplementedError
+
+    async def _put(self, obj: Obj) -> Obj:
+        raise NotImplementedError
+
+    async def _create(self, mutate: Callable[[Obj | None], Obj | None]) -> Obj | None:
+        """Create the object if this kind of writer may (None: it may not)."""
+        return None
+
+    async def _read(self) -> Obj | None:
+        self.reads += 1
+        try:
+            return await self._get()
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def _jitter(self) -> None:
+        await asyncio.sleep(self._rng.uniform(0, CONFLICT_JITTER_S))
+
+    async def _mutate(
+        self, mutate: Callable[[Obj | None], Obj | None], *, create: bool
+    ) -> Obj | None:
+        """Apply `mutate` (which returns the object to write, or None for no write) until a
+        write sticks. With `create`, a missing object is created from `mutate(None)`."""
+        obj = await self._read()
+        for _ in range(MAX_ATTEMPTS):
+            if obj is None:
+                if not create:
+                    mutate(None)  # lets the caller raise for a missing object
+                    return None
+                try:
+                    created = await self._create(mutate)
+                except client.ApiException as err:
+                    if err.status != 409:  # AlreadyExists: a peer won; read it and go on
+                        raise
+                    self.conflicts += 1
+                    obj = await self._read()
+                    continue
+                self.writes += 1
+                return created
+            new = mutate(copy.deepcopy(obj))
+            if new is None:
+                return obj
+            try:
+                result = await self._put(new)
+            except client.ApiException as err:
+                if status_of(err) not in (409, 404):
+                    raise
+                self.conflicts += 1
+                await self._jitter()
+                obj = await self._read()
+                continue
+            self.writes += 1
+            return result
+        raise MembershipError(f"gave up after {MAX_ATTEMPTS} conflicting writes")
+
+
+def _entry_index(entry: Obj) -> int:
+    return int(entry.get("index", 0))
+
+
+class CliqueMembership(_OptimisticWriter):
+    """Our daemon's entry in the ComputeDomainClique `<cdUID>.<cliqueID>` in `namespace`."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        namespace: str,
+        cd_uid: str,
+        clique_id: str,
+        node_name: str,
+        pod_name: str,
+        pod_uid: str,
+        max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(api_client, rng)
+        self.namespace = namespace
+        self.cd_uid = cd_uid
+        self.clique_id = clique_id
+        self.node_name = node_name
+        self.pod_name = pod_name
+        self.pod_uid = pod_uid
+        self.max_nodes = max_nodes
+        self.name = names.clique_object_name(cd_uid, clique_id)
+        self.ip: str | None = None
+        self.index: int | None = None
+
+    # --- API plumbing ------------------------------------------------------------------
+
+    def _args(self) -> tuple[str, str, str, str]:
+        return names.GROUP, names.VERSION, self.namespace, names.PLURAL_CLIQUES
+
+    async def _get(self) -> Obj | None:
+        return await call(self._custom.get_namespaced_custom_object, *self._args(), self.name)
+
+    async def _put(self, obj: Obj) -> Obj:
+        return await call(
+            self._custom.replace_namespaced_custom_object, *self._args(), self.name, obj
+        )
+
+    async def _create(self, mutate: Callable[[Obj | None], Obj | None]) -> Obj | None:
+        body = mutate(
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND_CLIQUE,
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "labels": {
+                        names.LABEL_COMPUTE_DOMAIN: self.cd_uid,
+                        names.LABEL_CLIQUE_ID: self.clique_id,
+                    },
+                    "ownerReferences": [],
+                },
+                "daemons": [],
+            }
+        )
+        return await call(self._custom.create_namespaced_custom_object, *self._args(), body)
+
+    def _owner_ref(self) -> Obj:
+        return {"apiVersion": "v1", "kind": "Pod", "name": self.pod_name, "uid": self.pod_uid}
+
+    def _check_ours(self, obj: Obj) -> None:
+        label = (obj["metadata"].get("labels") or {}).get(names.LABEL_COMPUTE_DOMAIN)
+        if label != self.cd_uid:
+            raise MembershipError(
+                f"ComputeDomainClique {self.namespace}/{self.name} carries "
+                f"{names.LABEL_COMPUTE_DOMAIN}={label!r}, not this domain's {self.cd_uid!r}"
+            )
+
+    def _own(self, daemons: list[Obj]) -> Obj | None:
+        return next((d for d in daemons if d.get("nodeName") == self.node_name), None)
+
+    # --- operations --------------------------------------------------------------------
+
+    async def join(self, ip: str) -> int:
+        """Insert or refresh our entry; returns our index (stable across restarts)."""
+        self.ip = ip
+
+        def mutate(obj: Obj | None) -> Obj | None:
+            assert obj is not None
+            self._check_ours(obj)
+            changed = False
+            refs = obj["metadata"].setdefault("ownerReferences", [])
+            if not any(r.get("uid") == self.pod_uid for r in refs):
+                refs.append(self._owner_ref())
+                changed = True
+            daemons = obj.get("daemons") or []
+            obj["daemons"] = daemons
+            entry = self._own(daemons)
+            if entry is None:
+                index = smallest_free_index(
+                    {_entry_index(d) for d in daemons},
+                    self.max_nodes,
+                    f"ComputeDomainClique {self.namespace}/{self.name}",
+                )
+                daemons.append(
+                    {
+                        "nodeName": self.node_name,
+                        "ipAddress": ip,
+                        "cliqueID": self.clique_id,
+                        "index": index,
+                        "status": names.STATUS_NOT_READY,
+                    }
+                )
+                changed = True
+            elif entry.get("ipAddress") != ip:
+                entry["ipAddress"] = ip
+                entry["status"] = names.STATUS_NOT_READY
+                changed = True
+            return obj if changed else None
+
+        result = await self._mutate(mutate, create=True)
+        assert result is not None
+        entry = self._own(result.get("daemons") or [])
+        assert entry is not None
+        self.index = _entry_index(entry)
+        log.info(
+            "joined ComputeDomainClique %s/%s as index %d (node %s, IP %s)",
+            self.namespace,
+            self.name,
+            self.index,
+            self.node_name,
+            ip,
+        )
+        return self.index
+
+    async def set_status(self, ready: bool) -> None:
+        """Copy our readiness into our entry (no write when it already says so)."""
+        want = names.STATUS_READY if ready else names.STATUS_NOT_READY
+
+        def mutate(obj: Obj | None) -> Obj | None:
+            entry = self._own((obj or {}).get("daemons") or [])
+            if obj is None or entry is None:
+                raise MembershipError(
+                    f"daemon info not yet listed in ComputeDomainClique "
+                    f"{self.namespace}/{self.name} (waiting for insertion)"
+                )
+            if entry.get("status", names.STATUS_NOT_READY) == want:
+                return None
+            entry["status"] = want
+            return obj
+
+        await self._mutate(mutate, create=False)
+
+    async def leave(self) -> None:
+        """Remove our entry (graceful shutdown); a missing clique or entry is fine."""
+
+        def mutate(obj: Obj | None) -> Obj | None:
+            if obj is None:
+                return None
+            daemons = obj.get("daemons") or []
+            keep = [d for d in daemons if not self._is_ours(d)]
+            if len(keep) == len(daemons):
+                return None
+            obj["daemons"] = keep
+            return obj
+
+        await self._mutate(mutate, create=False)
+        log.info("Successfully removed daemon with IP %s from CDClique %s", self.ip, self.name)
+
+    def _is_ours(self, entry: Obj) -> bool:
+        return entry.get("nodeName") == self.node_name and (
+            self.ip is None or entry.get("ipAddress") == self.ip
+        )
+
+    async def peers(self) -> list[Obj]:
+        """The clique's daemons as the server has them now (empty if there is no clique)."""
+        obj = await self._read()
+        return list((obj or {}).get("daemons") or [])
+
+    async def watch(self, on_update: OnUpdate) -> None:
+        """Call `on_update(daemons)` whenever the clique's daemons list changes, until
+        cancelled. Nothing is delivered while the clique does not exist yet; its deletion
+        delivers []."""
+        informer = Informer(
+            asyncio.get_running_loop(),
+            self._custom.list_namespaced_custom_object,
+            lambda o: o["metadata"]["name"],
+            f"clique-{self.name}",
+            {
+                "group": names.GROUP,
+                "version": names.VERSION,
+                "namespace": self.namespace,
+                "plural": names.PLURAL_CLIQUES,
+                "field_selector": f"metadata.name={self.name}",
+            },
+        )
+        await _deliver(informer, lambda: _daemons_of(informer.items.get(self.name)), on_update)
+
+
+def _daemons_of(obj: Obj | None) -> list[Obj]:
+    return list((obj or {}).get("daemons") or [])
+
+
+async def _deliver(
+    informer: Informer, current: Callable[[], list[Obj]], on_update: OnUpdate
+) -> None:
+    informer.start()
+    try:
+        seen = informer.version
+        last: list[Obj] = []
+        while True:
+            await informer.changed(seen)
+            seen = informer.version
+            now = current()
+            if now != last:
+                last = now
+                await on_update(copy.deepcopy(now))
+    finally:
+        informer.stop()
+
+
+class LegacyMembership(_OptimisticWriter):
+    """Our node's entry in `ComputeDomain.status.nodes` (ComputeDomainCliques=false).
+
+    Entries are `{name, ipAddress, cliqueID, index, status}`; index allocation only counts
+    entries of our clique, because one CD status holds every clique of the domain. Writes go
+    through the status subresource.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        cd_namespace: str,
+        cd_name: str,
+        cd_uid: str,
+        clique_id: str,
+        node_name: str,
+        max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(api_client, rng)
+        self.cd_namespace = cd_namespace
+        self.cd_name = cd_name
+        self.cd_uid = cd_uid
+        self.clique_id = clique_id
+        self.node_name = node_name
+        self.max_nodes = max_nodes
+        self.ip: str | None = None
+        self.index: int | None = None
+
+    def _args(self) -> tuple[str, str, str, str]:
+        return names.GROUP, names.VERSION, self.cd_namespace, names.PLURAL_COMPUTE_DOMAINS
+
+    async def _get(self) -> Obj | None:
+        return await call(self._custom.get_namespaced_custom_object, *self._args(), self.cd_name)
+
+    async def _put(self, obj: Obj) -> Obj:
+        return await call(
+            self._custom.replace_namespaced_custom_object_status, *self._args(), self.cd_name, obj
+        )
+
+    def _where(self) -> str:
+        return f"ComputeDomain {self.cd_namespace}/{self.cd_name}"
+
+    def _ours(self, obj: Obj | None) -> Obj:
+        """The CD if it is ours; a CD recreated under the same name is not."""
+        if obj is None:
+            raise MembershipError(f"{self._where()} not found")
+        if obj["metadata"].get("uid") != self.cd_uid:
+            raise MembershipError(
+                f"{self._where()} has UID {obj['metadata'].get('uid')!r}, "
+                f"not {self.cd_uid!r} (recreated?)"
+            )
+        return obj
+
+    @staticmethod
+    def _nodes(obj: Obj) -> list[Obj]:
+        status = obj.get("status") or {}
+        obj["status"] = status
+        nodes = status.get("nodes") or []
+        status["nodes"] = nodes
+        return nodes
+
+    def _own(self, nodes: list[Obj]) -> Obj | None:
+        return next((n for n in nodes if n.get("name") == self.node_name), None)
+
+    async def join(self, ip: str) -> int:
+        self.ip = ip
+
+        def mutate(obj: Obj | None) -> Obj | None:
+            nodes = self._nodes(self._ours(obj))
+            entry = self._own(nodes)
+            if entry is None:
+                used = {_entry_index(n) for n in nodes if n.get("cliqueID") == self.clique_id}
+                limit = self.max_nodes if self.clique_id else None
+                index = smallest_free_index(
+                    used, limit, f"clique {self.clique_id!r} of {self._where()}"
+                )
+                nodes.append(
+                    {
+                        "name": self.node_name,
+                        "ipAddress": ip,
+                        "cliqueID": self.clique_id,
+                        "index": index,
+                        "status": names.STATUS_NOT_READY,
+                    }
+                )
+                return obj
+            if entry.get("ipAddress") != ip:
+                entry["ipAddress"] = ip
+                entry["status"] = names.STATUS_NOT_READY
+                return obj
+            return None
+
+        result = await self._mutate(mutate, create=False)
+        entry = self._own(self._nodes(self._ours(result)))
+        assert entry is not None
+        self.index = _entry_index(entry)
+        log.info(
+            "joined %s as index %d of clique %r (node %s, IP %s)",
+            self._where(),
+            self.index,
+            self.clique_id,
+            self.node_name,
+            ip,
+        )
+        return self.index
+
+    async def set_status(self, ready: bool) -> None:
+        want = names.STATUS_READY if ready else names.STATUS_NOT_READY
+
+        def mutate(obj: Obj | None) -> Obj | None:
+            entry = self._own(self._nodes(self._ours(obj)))
+            if entry is None:
+                raise MembershipError(
+                    f"node {self.node_name} not yet listed in "
+                    f"{self._where()} status (waiting for insertion)"
+                )
+            if entry.get("status", names.STATUS_NOT_READY) == want:
+                return None
+            entry["status"] = want
+            return obj
+
+        await self._mutate(mutate, create=False)
+
+    async def leave(self) -> None:
+        def mutate(obj: Obj | None) -> Obj | None:
+            if obj is None or obj["metadata"].get("uid") != self.cd_uid:
+                return None
+            nodes = self._nodes(obj)
+            keep = [
+                n
+                for n in nodes
+                if not (
+                    n.get("name") == self.node_name
+                    and (self.ip is None or n.get("ipAddress") == self.ip)
+                )
+            ]
+            if len(keep) == len(nodes):
+                return None
+            obj["status"]["nodes"] = keep
+            return obj
+
+        await self._mutate(mutate, create=False)
+        log.info("Successfully removed node with IP %s from %s", self.ip, self._where())
+
+    def _same_clique(self, obj: Obj | None) -> list[Obj]:
+        if obj is None or obj["metadata"].get("uid") != self.cd_uid:
+            return []
+        nodes = (obj.get("status") or {}).get("nodes") or []
+        return [n for n in nodes if n.get("cliqueID") == self.clique_id]
+
+    async def peers(self) -> list[Obj]:
+        """Entries of our clique (the CD status holds all cliques of the domain)."""
+        return self._same_clique(await self._read())
+
+    def _informer(self) -> Informer:
+        return Informer(
+            asyncio.get_running_loop(),
+            self._custom.list_namespaced_custom_object,
+            lambda o: o["metadata"]["name"],
+            f"computedomain-{self.cd_name}",
+            {
+                "group": names.GROUP,
+                "version": names.VERSION,
+                "namespace": self.cd_namespace,
+                "plural": names.PLURAL_COMPUTE_DOMAINS,
+                "field_selector": f"metadata.name={self.cd_name}",
+            },
+        )
+
+    async def watch(self, on_update: OnUpdate) -> None:
+        """Call `on_update(entries of our clique)` on every change of them, until cancelled."""
+        informer = self._informer()
+        await _deliver(
+            informer, lambda: self._same_clique(informer.items.get(self.cd_name)), on_update
+        )
+
+    async def wait_for_num_nodes(
+        self, num_nodes: int | None = None, timeout: float | None = None
+    ) -> list[Obj]:
+        """IP mode: wait until the CD status lists `num_nodes` nodes (default spec.numNodes),
+        counted across all cliques, and return all of them. The reference waits for
+        equality; we accept more, since more nodes than numNodes never shrinks back on its
+        own and waiting forever helps nobody (the reference calls it undefined behaviour)."""
+        informer = self._informer()
+        informer.start()
+        try:
+
+            def enough() -> bool:
+                obj = informer.items.get(self.cd_name)
+                if obj is None or obj["metadata"].get("uid") != self.cd_uid:
+                    return False
+                want = (
+                    num_nodes
+                    if num_nodes is not None
+                    else ((obj.get("spec") or {}).get("numNodes", 0))
+                )
+                have = len((obj.get("status") or {}).get("nodes") or [])
+                log.debug("numNodes: %s, nodes seen: %s", want, have)
+                return have >= want
+
+            if not await informer.wait_for(enough, timeout if timeout is not None else 1e9):
+                raise TimeoutError(
+                    f"{self._where()}: fewer than the expected nodes joined within {timeout} s"
+                )
+            obj = informer.items[self.cd_name]
+            return list((obj.get("status") or {}).get("nodes") or [])
+        finally:
+            informer.stop()

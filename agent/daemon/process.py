@@ -1,0 +1,360 @@
+"""Supervise the `nvidia-imex -c <config>` child of the daemon (reference daemon.md §5, fixed).
+
+What we do differently from the reference, and why:
+
+* A crashed child is restarted after a capped exponential backoff with jitter, not once a
+  second forever: a crash-looping IMEX must not flood the log or hammer its peers. The
+  backoff resets once a child has run `stable_after` seconds.
+* `stop()` escalates to SIGKILL after `grace` (for the whole process group the child leads,
+  so nothing it spawned keeps our pipes open) and always reaps: no zombies, no hang on an
+  IMEX that ignores SIGTERM.
+* Child stdout/stderr go through our logger line by line, prefixed, so IMEX output is in the
+  container log in our format; the pipes are drained to EOF before an exit is reported.
+* A leftover `nvidia-imex` from a previous run of this container that still listens on our
+  ports (sigs#654) can be found and ended (`find_stray` / `kill_stray`) before we start ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+# A line longer than this is forwarded in pieces rather than breaking the reader.
+_LINE_LIMIT = 1 << 20
+# How long to wait for the pipes to reach EOF once the child is gone.
+_DRAIN_TIMEOUT = 0.5
+# Jittered delays lie in [(1 - _JITTER) * d, d]: still non-decreasing while doubling.
+_JITTER = 0.2
+
+
+class ImexStartError(RuntimeError):
+    """The child could not be executed at all (missing binary, permissions)."""
+
+
+@dataclass(eq=False)
+class _Child:
+    """One started process and the tasks that belong to it."""
+
+    proc: asyncio.subprocess.Process
+    started: float
+    readers: list[asyncio.Task[None]] = field(default_factory=list)
+    watcher: asyncio.Task[None] | None = None
+    stopping: bool = False  # we asked it to exit: its exit is not a crash
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+class ImexProcess:
+    """Runs one `nvidia-imex` child, restarts it when it dies, stops it cleanly.
+
+    All methods must be called from the event loop that runs the supervisor; start and stop
+    are serialized by a lock so a restart can never race a stop.
+    """
+
+    def __init__(
+        self,
+        command: list[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        log_prefix: str = "nvidia-imex",
+        grace: float = 10.0,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        stable_after: float = 30.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not command:
+            raise ValueError("command must not be empty")
+        self.command = list(command)
+        self.env = dict(env) if env is not None else None
+        self.log_prefix = log_prefix
+        self.grace = grace
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.stable_after = stable_after
+        self._rng = rng or random.Random()
+        self._lock = asyncio.Lock()
+        self._child: _Child | None = None
+        self._wanted = False  # whether the child should be running (restart on exit)
+        self._failures = 0  # consecutive short-lived runs: the backoff exponent
+        self._restart_task: asyncio.Task[None] | None = None
+        self.restarts = 0
+        self.last_exit: int | None = None
+        self.last_delay: float | None = None
+
+    # --- state ----------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """A child exists and has not exited yet."""
+        return self._child is not None and self._child.proc.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's pid, or None."""
+        return self._child.pid if self.running and self._child else None
+
+    @property
+    def restart_pending(self) -> bool:
+        """The watchdog is waiting out a backoff before starting the child again."""
+        return self._restart_task is not None and not self._restart_task.done()
+
+    # --- control --------------------------------------------------------------------------
+
+    async def ensure_started(self) -> bool:
+        """Start the child unless it runs; True if a fresh process was started.
+
+        While the watchdog waits out a backoff this returns False without starting: calling
+        it on every update must not defeat the backoff of a crash-looping IMEX.
+        """
+        async with self._lock:
+            self._wanted = True
+            if self.running or self.restart_pending:
+                return False
+            await self._spawn()
+            return True
+
+    async def restart(self) -> None:
+        """Stop the child (if any) and start a new one now, cancelling any pending backoff."""
+        async with self._lock:
+            self._wanted = True
+            await self._cancel_restart()
+            await self._terminate()
+            await self._spawn()
+
+    async def signal_reload(self) -> bool:
+        """Send SIGUSR1 (re-read hosts, reconnect peers); False if no child runs.
+
+        Errors are only logged, as in the reference: a missed reload is not fatal.
+        """
+        child = self._child
+        if child is None or not self.running:
+            log.info("Not sending SIGUSR1: %s is not running", self.log_prefix)
+            return False
+        try:
+            child.proc.send_signal(signal.SIGUSR1)
+        except ProcessLookupError:
+            log.warning("SIGUSR1 to pid %d failed: process is gone", child.pid)
+            return False
+        log.info("Sent SIGUSR1 to %s pid %d", self.log_prefix, child.pid)
+        return True
+
+    async def stop(self) -> None:
+        """SIGTERM, SIGKILL after `grace`, reap; idempotent, fine when never started."""
+        async with self._lock:
+            self._wanted = False
+            await self._cancel_restart()
+            await self._terminate()
+
+    # --- internals ------------------------------------------------------------------------
+
+    async def _spawn(self) -> None:
+        log.info("Start: %s", " ".join(self.command))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.env,
+                limit=_LINE_LIMIT,
+                # Its own process group: SIGKILL escalation reaches anything it spawned, and
+                # a terminal's SIGINT to our group does not bypass our shutdown order.
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise ImexStartError(f"cannot start {self.command[0]}: {err}") from err
+        child = _Child(proc=proc, started=time.monotonic())
+        log.info("Started process with pid %d", proc.pid)
+        loop = asyncio.get_running_loop()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                child.readers.append(loop.create_task(self._forward(stream, proc.pid)))
+        child.watcher = loop.create_task(self._watch(child))
+        self._child = child
+
+    async def _forward(self, stream: asyncio.StreamReader, pid: int) -> None:
+        """Log each line of one pipe until EOF; a partial last line is logged too."""
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # longer than the limit: forward what is buffered
+                raw = await stream.read(_LINE_LIMIT)
+            if not raw:
+                return
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            log.info("%s[%d]: %s", self.log_prefix, pid, line)
+
+    async def _watch(self, child: _Child) -> None:
+        """Reap the child, drain its output, report the exit, schedule a restart if unwanted."""
+        code = await child.proc.wait()
+        await self._drain(child)
+        self.last_exit = code
+        ran = time.monotonic() - child.started
+        if code == 0:
+            log.info("Child pid %d exited with code 0 after %.1fs", child.pid, ran)
+        else:
+            log.warning("Child pid %d exited with code %d after %.1fs", child.pid, code, ran)
+        if child.stopping or not self._wanted or self._child is not child:
+            return
+        log.warning("Watchdog: %s terminated unexpectedly", self.log_prefix)
+        self._schedule_restart(ran)
+
+    async def _drain(self, child: _Child) -> None:
+        """Wait for both pipes to reach EOF; kill leftovers of the child's group if needed."""
+        if not child.readers:
+            return
+        _, pending = await asyncio.wait(child.readers, timeout=_DRAIN_TIMEOUT)
+        if pending:
+            # Something the child spawned still holds the pipes open. Its group still has
+            # members, so the pgid cannot have been reused by an unrelated process.
+            log.warning("Killing leftovers of pid %d that keep its output open", child.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            _, pending = await asyncio.wait(pending, timeout=_DRAIN_TIMEOUT)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def next_delay(self, ran: float) -> float:
+        """Backoff before the next start, given how long the last child ran."""
+        if ran >= self.stable_after:
+            self._failures = 0
+        nominal = min(self.backoff_max, self.backoff_base * 2**self._failures)
+        self._failures = min(self._failures + 1, 62)  # keep 2**n a sane float
+        return nominal * (1.0 - _JITTER * self._rng.random())
+
+    def _schedule_restart(self, ran: float) -> None:
+        delay = self.next_delay(ran)
+        self.last_delay = delay
+        log.info("Watchdog: starting %s again in %.2fs", self.log_prefix, delay)
+        self._restart_task = asyncio.get_running_loop().create_task(self._restart_later(delay))
+
+    async def _restart_later(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        async with self._lock:
+            if not self._wanted or self.running:
+                return
+            try:
+                await self._spawn()
+            except ImexStartError as err:
+                # Transient (e.g. binary being replaced): retry with a longer delay.
+                log.error("Watchdog: %s", err)
+                self._schedule_restart(0.0)
+                return
+            self.restarts += 1
+
+    async def _cancel_restart(self) -> None:
+        task, self._restart_task = self._restart_task, None
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _terminate(self) -> None:
+        """Stop the current child if it runs, then wait until its watcher is done."""
+        child = self._child
+        if child is None:
+            return
+        child.stopping = True
+        if child.proc.returncode is None:
+            log.info("Stop: send SIGTERM to pid %d", child.pid)
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(child.proc.wait(), self.grace)
+            except TimeoutError:
+                log.warning(
+                    "pid %d still running %.1fs after SIGTERM: sending SIGKILL",
+                    child.pid,
+                    self.grace,
+                )
+                # Still unreaped, so the pgid is certainly the child's own group.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                await child.proc.wait()
+        if child.watcher is not None:
+            await asyncio.gather(child.watcher, return_exceptions=True)
+
+
+# --- strays from a previous run (sigs#654) ---------------------------------------------------
+
+
+def _is_named(proc: psutil.Process, binary_name: str) -> bool:
+    """Whether the process is `binary_name`: by name, executable or argv[0]."""
+    try:
+        if proc.name() == binary_name:
+            return True
+        cmdline = proc.cmdline()
+        if cmdline and Path(cmdline[0]).name == binary_name:
+            return True
+        exe = proc.exe()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return bool(exe) and Path(exe).name == binary_name
+
+
+def _listens_on(proc: psutil.Process, ports: set[int]) -> bool:
+    try:
+        conns = proc.net_connections(kind="inet")
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports for c in conns)
+
+
+def find_stray(
+    binary_name: str = "nvidia-imex", *, ports: Iterable[int], exclude: Iterable[int] = ()
+) -> list[psutil.Process]:
+    """Processes named `binary_name` that listen on one of `ports` (never ourselves).
+
+    Both conditions must hold: a name alone could be another container's IMEX in a shared
+    PID namespace, a port alone could be anything.
+    """
+    wanted = set(ports)
+    skip = {os.getpid(), *exclude}
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid in skip or not _is_named(proc, binary_name):
+            continue
+        if _listens_on(proc, wanted):
+            found.append(proc)
+    return found
+
+
+async def kill_stray(
+    binary_name: str = "nvidia-imex",
+    *,
+    ports: Iterable[int],
+    grace: float = 5.0,
+    exclude: Iterable[int] = (),
+) -> list[int]:
+    """End strays found by `find_stray`: SIGTERM, SIGKILL after `grace`; returns their pids."""
+    strays = find_stray(binary_name, ports=ports, exclude=exclude)
+    if not strays:
+        return []
+    for proc in strays:
+        log.warning("Terminating stray %s pid %d holding our ports", binary_name, proc.pid)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = await asyncio.to_thread(psutil.wait_procs, strays, timeout=grace)
+    for proc in alive:
+        log.warning("Stray pid %d ignored SIGTERM for %.1fs: sending SIGKILL", proc.pid, grace)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    if alive:
+        await asyncio.to_thread(psutil.wait_procs, alive, timeout=grace)
+    return [p.pid for p in strays]

@@ -1,0 +1,145 @@
+"""Is the local IMEX daemon READY? (reference daemon.md §6)
+
+`nvidia-imex-ctl -c <config> -q` asks the local daemon's command service for its state and
+prints one word (`READY` once it has joined its domain). The reference only learns this
+through the pod's probes and then copies pod readiness into the clique entry, up to a
+readiness-probe period late. `ReadinessPoller` lets the daemon flip its entry the moment the
+state changes; `check_main` keeps the `check` subcommand for the probes, with the same exact
+`READY` test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+READY = "READY"
+UNAVAILABLE = "UNAVAILABLE"
+_DETAIL_LIMIT = 2000
+
+
+def is_ready(output: str) -> bool:
+    """True only if some line is exactly `READY` (so `NOT_READY` is not ready)."""
+    return any(line.strip() == READY for line in output.splitlines())
+
+
+def _state_of(stdout: str) -> str:
+    if is_ready(stdout):
+        return READY
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    return lines[-1] if lines else UNAVAILABLE
+
+
+async def probe(ctl: str, config_path: str, *, timeout: float = 5.0) -> tuple[str, str]:
+    """(state, detail): the state word, and what went wrong when it is UNAVAILABLE."""
+    argv = [ctl, "-c", config_path, "-q"]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # a timeout kills whatever it started too
+        )
+    except OSError as err:
+        return UNAVAILABLE, f"cannot run {ctl}: {err}"
+    try:
+        out, err_out = await asyncio.wait_for(proc.communicate(), timeout)
+    except (TimeoutError, asyncio.CancelledError) as exc:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        return UNAVAILABLE, f"{ctl} -q did not answer within {timeout:g}s"
+    stdout = out.decode("utf-8", errors="replace")
+    stderr = err_out.decode("utf-8", errors="replace").strip()[:_DETAIL_LIMIT]
+    if proc.returncode != 0:
+        detail = stderr or stdout.strip()[:_DETAIL_LIMIT] or "(no output)"
+        return UNAVAILABLE, f"{ctl} -q exited with status {proc.returncode}: {detail}"
+    state = _state_of(stdout)
+    return state, "" if state != UNAVAILABLE else f"{ctl} -q printed nothing"
+
+
+async def query_state(ctl: str, config_path: str, *, timeout: float = 5.0) -> str:
+    """The daemon's state word (`READY`, `INITIALIZING`, ...), `UNAVAILABLE` if unreachable.
+
+    Never raises for a missing tool, a dead daemon or a timeout: those are just "not ready".
+    """
+    state, detail = await probe(ctl, config_path, timeout=timeout)
+    if detail:
+        log.debug("IMEX state query: %s", detail)
+    return state
+
+
+class ReadinessPoller:
+    """Polls the IMEX state and reports changes of readiness.
+
+    `on_change(ready, state)` is awaited for the first observation and then only when
+    readiness flips. If it raises, the change is not recorded, so it is retried on the next
+    poll (e.g. the clique entry is not there yet).
+    """
+
+    def __init__(
+        self,
+        query: Callable[[], Awaitable[str]],
+        on_change: Callable[[bool, str], Awaitable[None]],
+        interval: float = 1.0,
+    ) -> None:
+        self.query = query
+        self.on_change = on_change
+        self.interval = interval
+        self.ready: bool | None = None  # None until the first report went through
+        self.state = ""
+        self._wake = asyncio.Event()
+
+    def poke(self) -> None:
+        """Poll now instead of at the end of the interval (e.g. after a restart)."""
+        self._wake.set()
+
+    async def poll_once(self) -> bool:
+        """One query; report it if readiness changed. Returns the current readiness."""
+        try:
+            state = await self.query()
+        except Exception as err:
+            log.warning("IMEX state query failed: %s", err)
+            state = UNAVAILABLE
+        self.state = state
+        ready = is_ready(state)
+        if ready != self.ready:
+            try:
+                await self.on_change(ready, state)
+            except Exception:
+                log.exception("Reporting IMEX readiness %s (%s) failed; will retry", ready, state)
+                return ready
+            log.info("IMEX daemon is %s (%s)", "ready" if ready else "not ready", state)
+            self.ready = ready
+        return ready
+
+    async def run(self) -> None:
+        """Poll every `interval` until cancelled."""
+        while True:
+            await self.poll_once()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+
+
+def check_main(ctl: str, config_path: str, *, timeout: float = 5.0) -> int:
+    """`daemon check`: 0 only if the daemon says exactly READY, else print the state and 1."""
+    if not Path(config_path).is_file():
+        print(f"IMEX daemon check failed: config file {config_path} does not exist")
+        return 1
+    state, detail = asyncio.run(probe(ctl, config_path, timeout=timeout))
+    if state == READY:
+        return 0
+    print(f"IMEX daemon not ready: {state}")
+    if detail:
+        print(detail, file=sys.stderr)
+    return 1

@@ -1,0 +1,242 @@
+"""The IMEX supervisor: one ComputeDomain's `nvidia-imex` on this node, kept in its clique.
+
+Built from an identity, an API client and paths, with no pod-only assumptions, so the same
+component can run in the per-domain daemon pod (`compute-domain-agent daemon run`) or,
+later, inside the node agent. The flow (reference daemon.md, with our fixes):
+
+1. label our pod with the clique ID; an empty clique ID means a non-fabric node: no IMEX;
+2. check that the pod IP is local, write the IMEX config and the static nodes config;
+3. end any stray `nvidia-imex` of an earlier run that still holds our ports;
+4. join the clique (stable index), then follow it: each change rewrites the hosts file;
+   IMEX is started once our entry exists, gets SIGUSR1 only when peers changed, and is
+   restarted when our own index changed (IMEX reads its identity only at start);
+5. poll `nvidia-imex-ctl -q` and flip our clique entry Ready / NotReady at once;
+6. on stop: stop IMEX (SIGTERM, then SIGKILL), leave the clique.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from agent.daemon import files
+from agent.daemon.identity import DaemonIdentity
+from agent.daemon.membership import CliqueMembership, LegacyMembership
+from agent.daemon.netcheck import check_local_address
+from agent.daemon.process import ImexProcess, kill_stray
+from agent.daemon.readiness import ReadinessPoller, query_state
+from api import names
+from api.kube import call
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SupervisorPaths:
+    imexd_dir: Path = Path(names.IMEXD_DIR)
+    hosts_file: Path = Path(names.DEFAULT_HOSTS_FILE)
+    imex_binary: str = names.IMEX_BINARY
+    imex_ctl_binary: str = names.IMEX_CTL_BINARY
+
+    @property
+    def config(self) -> Path:
+        return self.imexd_dir / names.IMEXD_CONFIG
+
+    @property
+    def nodes_config(self) -> Path:
+        return self.imexd_dir / names.IMEXD_NODES_CONFIG
+
+
+class ImexSupervisor:
+    def __init__(
+        self,
+        identity: DaemonIdentity,
+        api: client.ApiClient,
+        *,
+        dns_names: bool = True,
+        cliques: bool = True,
+        paths: SupervisorPaths | None = None,
+        poll_interval: float = 1.0,
+        imex_grace: float = 10.0,
+        check_local: bool = True,
+    ) -> None:
+        self.identity = identity
+        self._api = api
+        self._dns = dns_names
+        self._cliques = cliques
+        self.paths = paths or SupervisorPaths()
+        self._poll_interval = poll_interval
+        self._check_local = check_local
+        self.imex = ImexProcess(
+            [self.paths.imex_binary, "-c", str(self.paths.config)],
+            log_prefix="nvidia-imex",
+            grace=imex_grace,
+        )
+        self.membership: CliqueMembership | LegacyMembership | None = None
+        self.index: int | None = None
+        self._mappings: dict[int, str] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.running = asyncio.Event()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> int:
+        ident = self.identity
+        await self._label_pod()
+        if ident.non_fabric:
+            log.info("no cliqueID: skipping controller and IMEX daemon management")
+            self.running.set()
+            await stop.wait()
+            log.info("Exiting")
+            return 0
+        if self._check_local:
+            await asyncio.to_thread(check_local_address, ident.pod_ip)
+        files.write_config(self.paths.imexd_dir, ident.pod_ip)
+        if self._dns:
+            files.write_nodes_config(
+                self.paths.nodes_config, files.dns_nodes_config(ident.cd_uid, ident.max_nodes)
+            )
+        await kill_stray(
+            self.paths.imex_binary, ports=[names.IMEX_SERVER_PORT, names.IMEX_CMD_PORT]
+        )
+        self.membership = self._make_membership()
+        self.index = await self.membership.join(ident.pod_ip)
+        log.info(
+            "joined clique %s of ComputeDomain %s as index %d",
+            ident.clique_id,
+            ident.cd_uid,
+            self.index,
+        )
+        if not self._dns and isinstance(self.membership, LegacyMembership):
+            # IP mode: the nodes config must list every peer before IMEX starts.
+            await self.membership.wait_for_num_nodes()
+        poller = ReadinessPoller(
+            lambda: query_state(self.paths.imex_ctl_binary, str(self.paths.config)),
+            self._report_readiness,
+            interval=self._poll_interval,
+        )
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self.membership.watch(self._on_peers)),
+            loop.create_task(poller.run()),
+        ]
+        self.running.set()
+        try:
+            stopped = loop.create_task(stop.wait())
+            await asyncio.wait([stopped, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in self._tasks:
+                if task.done() and not task.cancelled() and task.exception():
+                    raise task.exception()  # type: ignore[misc]
+            stopped.cancel()
+            return 0
+        finally:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.imex.stop()
+        if self.membership is not None:
+            with contextlib.suppress(Exception):
+                await self.membership.leave()
+                log.info("left clique %s", self.identity.clique_id)
+
+    def _make_membership(self) -> CliqueMembership | LegacyMembership:
+        ident = self.identity
+        if self._cliques:
+            return CliqueMembership(
+                self._api,
+                namespace=ident.pod_namespace,
+                cd_uid=ident.cd_uid,
+                clique_id=ident.clique_id,
+                node_name=ident.node_name,
+                pod_name=ident.pod_name,
+                pod_uid=ident.pod_uid,
+                max_nodes=ident.max_nodes,
+            )
+        return LegacyMembership(
+            self._api,
+            cd_namespace=ident.cd_namespace,
+            cd_name=ident.cd_name,
+            cd_uid=ident.cd_uid,
+            clique_id=ident.clique_id,
+            node_name=ident.node_name,
+            max_nodes=ident.max_nodes,
+        )
+
+    async def _label_pod(self) -> None:
+        """The controller tells fabric from non-fabric daemon pods by this label."""
+        ident = self.identity
+        body = {"metadata": {"labels": {names.LABEL_CLIQUE_ID: ident.clique_id}}}
+        core = client.CoreV1Api(self._api)
+        await call(core.patch_namespaced_pod, ident.pod_name, ident.pod_namespace, body)
+
+    # --- reacting to the clique ------------------------------------------------------
+
+    async def _on_peers(self, daemons: list[dict[str, Any]]) -> None:
+        ident = self.identity
+        mine = [d for d in daemons if d.get("cliqueID") == ident.clique_id]
+        own = next(
+            (d for d in mine if (d.get("nodeName") or d.get("name")) == ident.node_name), None
+        )
+        if own is None:
+            return  # our entry is not there (yet): never start IMEX without it
+        mappings = {
+            int(d.get("index", 0)): d.get("ipAddress", "") for d in mine if d.get("ipAddress")
+        }
+        own_index = int(own.get("index", 0))
+        if not self._dns:
+            await self._ip_mode_update(mine)
+            return
+        text = files.render_hosts(
+            _read(self.paths.hosts_file),
+            ident.cd_uid,
+            {i: ip for i, ip in mappings.items() if 0 <= i < ident.max_nodes},
+            ident.max_nodes,
+        )
+        changed = files.write_hosts(self.paths.hosts_file, text)
+        index_changed = self.index is not None and own_index != self.index
+        self.index = own_index
+        peers_changed = files.peers_changed(self._mappings, mappings)
+        self._mappings = mappings
+        if index_changed and self.imex.running:
+            log.info(
+                "own index changed to %d: restarting IMEX (it reads its identity only at start)",
+                own_index,
+            )
+            await self.imex.restart()
+            return
+        fresh = await self.imex.ensure_started()
+        if (changed or peers_changed) and not fresh:
+            await self.imex.signal_reload()
+
+    async def _ip_mode_update(self, mine: list[dict[str, Any]]) -> None:
+        """IMEXDaemonsWithDNSNames off: the nodes config lists IPs; IMEX restarts."""
+        assert isinstance(self.membership, LegacyMembership)
+        ips = [d["ipAddress"] for d in mine if d.get("ipAddress")]
+        text = files.ip_nodes_config(ips)
+        if _read(self.paths.nodes_config) == text and self.imex.running:
+            return
+        files.write_nodes_config(self.paths.nodes_config, text)
+        log.info("Got update, (re)start IMEX daemon")
+        await self.imex.restart()
+
+    async def _report_readiness(self, ready: bool, state: str) -> None:
+        assert self.membership is not None
+        await self.membership.set_status(ready)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""

@@ -1,0 +1,212 @@
+"""IMEX readiness through the real (fake) `nvidia-imex-ctl -q` against fake daemons."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Coroutine, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from agent.daemon.readiness import (
+    ReadinessPoller,
+    check_main,
+    is_ready,
+    query_state,
+)
+from sim.fakeimex.install import install
+
+ADDRESS = "127.0.1.31"
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float = 15.0) -> T:
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
+
+
+class Imex:
+    """One fake daemon's files, and the processes started from them (killed at teardown)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bins = install(root / "bin")
+        self.ctl = str(self.bins["nvidia-imex-ctl"])
+        (root / "nodes.cfg").write_text(f"{ADDRESS}\n")
+        (root / "hosts").write_text("127.0.0.1\tlocalhost\n")
+        values = {
+            "LOG_FILE_NAME": "",
+            "DAEMONIZE": 0,
+            "SERVER_PORT": free_port(),
+            "IMEX_NODE_CONFIG_FILE": root / "nodes.cfg",
+            "IMEX_CMD_ENABLED": 1,
+            "IMEX_CMD_BIND_INTERFACE_IP": ADDRESS,
+            "IMEX_CMD_PORT": free_port(),
+        }
+        self.config = root / "imexd.cfg"
+        self.config.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, **knobs: object) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_IMEX_")}
+        env["FAKE_IMEX_HOSTS_FILE"] = str(self.root / "hosts")
+        env.update({k: str(v) for k, v in knobs.items()})
+        proc = subprocess.Popen(
+            [str(self.bins["nvidia-imex"]), "-c", str(self.config)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def imex(tmp_path: Path) -> Iterator[Imex]:
+    daemon = Imex(tmp_path)
+    try:
+        yield daemon
+    finally:
+        daemon.stop_all()
+
+
+async def states_until(imex: Imex, final: str, timeout: float = 8.0) -> list[str]:
+    """Distinct states seen, polling quickly, until `final` shows."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not seen or seen[-1] != final:
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {final} within {timeout}s; saw {seen}")
+        state = await query_state(imex.ctl, str(imex.config))
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        await asyncio.sleep(0.03)
+    return seen
+
+
+def test_is_ready_needs_an_exact_line():
+    assert is_ready("READY\n") and is_ready("READY") and is_ready("warning: x\nREADY\n")
+    assert not is_ready("NOT_READY\n") and not is_ready("") and not is_ready("READY_SOON")
+    assert not is_ready("INITIALIZING\n")
+
+
+def test_starting_then_ready_and_check(imex, capsys):
+    imex.start(FAKE_IMEX_START_DELAY=0.6, FAKE_IMEX_HOLD_STATE="INITIALIZING")
+    seen = run(states_until(imex, "READY"))
+    assert "INITIALIZING" in seen and set(seen) <= {"UNAVAILABLE", "INITIALIZING", "READY"}
+    assert check_main(imex.ctl, str(imex.config)) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_never_ready(imex, capsys):
+    imex.start(FAKE_IMEX_NEVER_READY=1, FAKE_IMEX_HOLD_STATE="WAITING_FOR_RECOVERY")
+    seen = run(states_until(imex, "WAITING_FOR_RECOVERY"))
+    assert "READY" not in seen
+    assert check_main(imex.ctl, str(imex.config)) == 1
+    assert capsys.readouterr().out == "IMEX daemon not ready: WAITING_FOR_RECOVERY\n"
+
+
+def test_not_running_is_unavailable(imex, capsys):
+    assert run(query_state(imex.ctl, str(imex.config))) == "UNAVAILABLE"
+    assert check_main(imex.ctl, str(imex.config)) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "IMEX daemon not ready: UNAVAILABLE\n"
+    assert "cannot connect" in captured.err
+
+
+def test_missing_tool_or_config(imex, tmp_path, capsys):
+    missing_tool = str(tmp_path / "no-such-ctl")
+    assert run(query_state(missing_tool, str(imex.config))) == "UNAVAILABLE"
+    missing_cfg = str(tmp_path / "absent.cfg")
+    assert run(query_state(imex.ctl, missing_cfg)) == "UNAVAILABLE"
+    assert check_main(imex.ctl, missing_cfg) == 1
+    assert capsys.readouterr().out == (
+        f"IMEX daemon check failed: config file {missing_cfg} does not exist\n"
+    )
+
+
+def test_poller_reports_transitions_only(imex):
+    events: list[tuple[bool, str]] = []
+
+    async def on_change(ready: bool, state: str) -> None:
+        events.append((ready, state))
+
+    async def scenario() -> None:
+        poller = ReadinessPoller(
+            partial(query_state, imex.ctl, str(imex.config)), on_change, interval=0.05
+        )
+        task = asyncio.create_task(poller.run())
+        try:
+            while not events:
+                await asyncio.sleep(0.02)
+            proc = imex.start(FAKE_IMEX_START_DELAY=0.3)
+            while len(events) < 2:
+                await asyncio.sleep(0.02)
+            assert poller.ready is True and poller.state == "READY"
+            await asyncio.sleep(0.3)  # still READY: no further calls
+            assert len(events) == 2
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 5)
+            while len(events) < 3:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    run(scenario())
+    assert [ready for ready, _ in events] == [False, True, False]
+    assert events[1] == (True, "READY") and events[2][1] in ("SHUTTING_DOWN", "UNAVAILABLE")
+
+
+def test_poller_retries_a_failed_report_and_survives_query_errors():
+    answers = iter(["INITIALIZING", "READY", "READY", RuntimeError("boom"), "READY"])
+    calls: list[tuple[bool, str]] = []
+    failures = [True]  # the first report of READY fails (e.g. entry not listed yet)
+
+    async def query() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def on_change(ready: bool, state: str) -> None:
+        calls.append((ready, state))
+        if ready and failures:
+            failures.pop()
+            raise RuntimeError("daemon info not yet listed")
+
+    async def scenario() -> list[bool]:
+        poller = ReadinessPoller(query, on_change, interval=0)
+        return [await poller.poll_once() for _ in range(5)]
+
+    assert run(scenario()) == [False, True, True, False, True]
+    assert calls == [
+        (False, "INITIALIZING"),
+        (True, "READY"),  # failed: retried on the next poll
+        (True, "READY"),
+        (False, "UNAVAILABLE"),
+        (True, "READY"),
+    ]
