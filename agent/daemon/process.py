@@ -308,16 +308,28 @@ def _is_named(proc: psutil.Process, binary_name: str) -> bool:
     return bool(exe) and Path(exe).name == binary_name
 
 
-def _listens_on(proc: psutil.Process, ports: set[int]) -> bool:
+_WILDCARDS = frozenset({"0.0.0.0", "::"})
+
+
+def _listens_on(proc: psutil.Process, ports: set[int], addresses: frozenset[str] | None) -> bool:
+    """Listening on one of `ports`, at one of `addresses` (or a wildcard) when given: pods
+    sharing one network namespace (hostNetwork, the simulated cluster) each own their IP."""
     try:
         conns = proc.net_connections(kind="inet")
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
-    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports for c in conns)
+    return any(
+        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports
+        and (addresses is None or c.laddr.ip in addresses or c.laddr.ip in _WILDCARDS)
+        for c in conns)
 
 
 def find_stray(
-    binary_name: str = "nvidia-imex", *, ports: Iterable[int], exclude: Iterable[int] = ()
+    binary_name: str = "nvidia-imex",
+    *,
+    ports: Iterable[int],
+    exclude: Iterable[int] = (),
+    addresses: Iterable[str] | None = None,
 ) -> list[psutil.Process]:
     """Processes named `binary_name` that listen on one of `ports` (never ourselves).
 
@@ -325,12 +337,13 @@ def find_stray(
     PID namespace, a port alone could be anything.
     """
     wanted = set(ports)
+    only = frozenset(addresses) if addresses is not None else None
     skip = {os.getpid(), *exclude}
     found = []
     for proc in psutil.process_iter():
         if proc.pid in skip or not _is_named(proc, binary_name):
             continue
-        if _listens_on(proc, wanted):
+        if _listens_on(proc, wanted, only):
             found.append(proc)
     return found
 
@@ -341,9 +354,10 @@ async def kill_stray(
     ports: Iterable[int],
     grace: float = 5.0,
     exclude: Iterable[int] = (),
+    addresses: Iterable[str] | None = None,
 ) -> list[int]:
     """End strays found by `find_stray`: SIGTERM, SIGKILL after `grace`; returns their pids."""
-    strays = find_stray(binary_name, ports=ports, exclude=exclude)
+    strays = find_stray(binary_name, ports=ports, exclude=exclude, addresses=addresses)
     if not strays:
         return []
     for proc in strays:

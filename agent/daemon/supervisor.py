@@ -102,9 +102,11 @@ class ImexSupervisor:
             files.write_nodes_config(
                 self.paths.nodes_config, files.dns_nodes_config(ident.cd_uid, ident.max_nodes)
             )
-        await kill_stray(
-            self.paths.imex_binary, ports=[names.IMEX_SERVER_PORT, names.IMEX_CMD_PORT]
-        )
+        # Only a stray on our own address: in a shared network namespace (hostNetwork, the
+        # simulated cluster) other domains' daemons listen on the same ports elsewhere.
+        await kill_stray(self.paths.imex_binary,
+                         ports=[names.IMEX_SERVER_PORT, names.IMEX_CMD_PORT],
+                         addresses=[ident.pod_ip])
         self.membership = self._make_membership()
         self.index = await self.membership.join(ident.pod_ip)
         log.info(

@@ -38,12 +38,14 @@ def install(bin_dir: Path, python: str = sys.executable) -> dict[str, Path]:
     written: dict[str, Path] = {}
     for name, module in LAUNCHERS.items():
         path = bin_dir / name
+        # bash's `exec -a` keeps argv[0] = the binary's name, so the process looks like the
+        # real one to `ps` and to the supervisor's stray-process search.
         path.write_text(
-            "#!/bin/sh\n"
+            "#!/bin/bash\n"
             f"# {name}: the simulated IMEX ({module}), written by sim.fakeimex.install.\n"
             f'PYTHONPATH={root}${{PYTHONPATH:+":$PYTHONPATH"}}\n'
             "export PYTHONPATH\n"
-            f'exec {shlex.quote(str(interpreter))} -m {module} "$@"\n'
+            f'exec -a {name} {shlex.quote(str(interpreter))} -m {module} "$@"\n'
         )
         path.chmod(0o755)
         written[name] = path

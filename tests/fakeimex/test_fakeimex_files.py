@@ -168,6 +168,6 @@ def test_install_writes_launchers_and_refuses_python_bin(tmp_path):
     assert sorted(paths) == ["nvidia-imex", "nvidia-imex-ctl"]
     for path in paths.values():
         assert path.stat().st_mode & 0o111
-        assert path.read_text().startswith("#!/bin/sh\n")
+        assert path.read_text().startswith("#!/bin/bash\n")
     with pytest.raises(ValueError, match="refusing"):
         install(Path(sys.executable).parent)
