@@ -39,7 +39,14 @@ def wait_for(predicate, timeout=30.0, what="condition"):
 
 class Daemon:
     def __init__(
-        self, root: Path, kubeconfig: Path, bins: Path, cd: dict, node: int, core: client.CoreV1Api
+        self,
+        root: Path,
+        kubeconfig: Path,
+        bins: Path,
+        cd: dict,
+        node: int,
+        core: client.CoreV1Api,
+        gates: str = "",
     ) -> None:
         self.node = f"n{node}"
         self.ip = f"127.0.1.{100 + node}"
@@ -80,6 +87,7 @@ class Daemon:
             "FAKE_IMEX_RELOAD_INTERVAL": "0.1",
             "FAKE_IMEX_HEARTBEAT": "0.2",
             "IMEX_POLL_INTERVAL": "0.2",
+            "FEATURE_GATES": gates,
         }
         self.respawn()
 
@@ -242,3 +250,70 @@ def test_pod_ip_not_local_is_a_clear_error(domain):
     assert out.returncode == 1
     assert "192.0.2.77" in out.stderr and "not" in out.stderr
     assert os.environ.get("POD_IP") is None
+
+
+def test_own_index_change_restarts_imex(domain, k8s):
+    start, clique, _ = domain
+    d = start(1)
+    wait_for(lambda: d.imex().get("state") == "READY" and clique(), what="running")
+    pid = d.imex()["pid"]
+    custom = client.CustomObjectsApi(k8s)
+    name = names.clique_object_name(d.env["COMPUTE_DOMAIN_UUID"], CLIQUE)
+    obj = custom.get_namespaced_custom_object(
+        names.GROUP, names.VERSION, NS, names.PLURAL_CLIQUES, name
+    )
+    obj["daemons"][0]["index"] = 5
+    custom.replace_namespaced_custom_object(
+        names.GROUP, names.VERSION, NS, names.PLURAL_CLIQUES, name, obj
+    )
+    wait_for(
+        lambda: d.imex().get("pid") not in (None, pid) and d.imex().get("state") == "READY",
+        what="IMEX restarted with its new identity",
+    )
+    assert d.imex()["node_id"] == 5
+
+
+def test_ip_mode_waits_for_num_nodes_then_lists_peer_ips(apiserver, k8s, project_crds, tmp_path):
+    core = client.CoreV1Api(k8s)
+    core.create_namespace({"metadata": {"name": NS}})
+    custom = client.CustomObjectsApi(k8s)
+    cd = custom.create_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        "default",
+        names.PLURAL_COMPUTE_DOMAINS,
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND_COMPUTE_DOMAIN,
+            "metadata": {"name": "ipcd"},
+            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "t"}}},
+        },
+    )
+    bins = tmp_path / "bin"
+    install(bins)
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    gates = "IMEXDaemonsWithDNSNames=false,ComputeDomainCliques=false"
+    daemons = []
+    try:
+        first = Daemon(tmp_path, kubeconfig, bins, cd, 1, core, gates=gates)
+        daemons.append(first)
+        time.sleep(1.5)
+        assert not first.state.exists(), "IMEX must wait until numNodes daemons joined"
+        second = Daemon(tmp_path, kubeconfig, bins, cd, 2, core, gates=gates)
+        daemons.append(second)
+        nodes_cfg = first.dir / "imexd" / "nodes.cfg"
+        wait_for(
+            lambda: (
+                nodes_cfg.exists()
+                and sorted(nodes_cfg.read_text().split()) == [first.ip, second.ip]
+            ),
+            what="IP nodes config",
+        )
+        wait_for(lambda: first.imex().get("state") == "READY", what="IMEX started")
+    finally:
+        for d in daemons:
+            d.stop()
+            pid = d.imex().get("pid")
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
