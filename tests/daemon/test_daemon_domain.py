@@ -116,8 +116,8 @@ class Daemon:
             self.log.close()
 
 
-@pytest.fixture
-def domain(apiserver, k8s, project_crds, tmp_path):
+def cluster_with_domain(k8s, name: str, num_nodes: int = 0):
+    """The driver namespace and one ComputeDomain, as the daemons find them."""
     core = client.CoreV1Api(k8s)
     core.create_namespace({"metadata": {"name": NS}})
     custom = client.CustomObjectsApi(k8s)
@@ -129,10 +129,16 @@ def domain(apiserver, k8s, project_crds, tmp_path):
         {
             "apiVersion": names.API_VERSION,
             "kind": names.KIND_COMPUTE_DOMAIN,
-            "metadata": {"name": "cd1"},
-            "spec": {"channel": {"resourceClaimTemplate": {"name": "t"}}},
+            "metadata": {"name": name},
+            "spec": {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": "t"}}},
         },
     )
+    return core, custom, cd
+
+
+@pytest.fixture
+def domain(apiserver, k8s, project_crds, tmp_path):
+    core, custom, cd = cluster_with_domain(k8s, "cd1")
     bins = tmp_path / "bin"
     install(bins)
     kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
@@ -274,21 +280,7 @@ def test_own_index_change_restarts_imex(domain, k8s):
 
 
 def test_ip_mode_waits_for_num_nodes_then_lists_peer_ips(apiserver, k8s, project_crds, tmp_path):
-    core = client.CoreV1Api(k8s)
-    core.create_namespace({"metadata": {"name": NS}})
-    custom = client.CustomObjectsApi(k8s)
-    cd = custom.create_namespaced_custom_object(
-        names.GROUP,
-        names.VERSION,
-        "default",
-        names.PLURAL_COMPUTE_DOMAINS,
-        {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND_COMPUTE_DOMAIN,
-            "metadata": {"name": "ipcd"},
-            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "t"}}},
-        },
-    )
+    core, _, cd = cluster_with_domain(k8s, "ipcd", num_nodes=2)
     bins = tmp_path / "bin"
     install(bins)
     kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
