@@ -36,7 +36,7 @@ class ControllerThread:
         self.app = self.call(lambda: ControllerApp(config, apiserver.api_client()))
         self.stop_event = self.call(asyncio.Event)
         coro = self.app.run(self.stop_event) if leader else self.app.run_controller()
-        self.task = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        self.task: asyncio.Task[Any] = self.call(lambda: self.loop.create_task(coro))
         if not leader:
             wait_for(lambda: self.app.leading.is_set(), 30)
 
@@ -49,14 +49,18 @@ class ControllerThread:
         asyncio.run_coroutine_threadsafe(self.app.queue.idle(), self.loop).result(timeout)
 
     def close(self) -> None:
+        """Stop the controller and wait until its finally-blocks ran (informers stopped)."""
         if not self.loop.is_running():
             return
-        if not self.task.done():
-            self.loop.call_soon_threadsafe(self.stop_event.set)
-            self.task.cancel()  # for run_controller(); run() ends on the stop event
+
+        async def shutdown() -> None:
+            self.stop_event.set()
+            self.task.cancel()
             # Cancelled, or the error a test provoked: either way it has stopped.
             with contextlib.suppress(BaseException):
-                self.task.result(15)
+                await self.task
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(20)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
