@@ -1,0 +1,1 @@
+"""Simulated cluster actors that run against the API emulator: controllers, scheduler, kubelets."""
