@@ -134,7 +134,9 @@ class Informer:
                 listing = self._to_dict(self._list_fn(**self._kwargs, _request_timeout=30))
                 self._post(self._replace, [self._to_dict(o) for o in listing.get("items") or []])
                 rv = listing["metadata"]["resourceVersion"]
-                stream = watch.Watch()
+                # Raw JSON events: the client's model lookup by docstring fails for some
+                # kinds (ResourceClaim is `ResourceV1ResourceClaim`), and we want dicts anyway.
+                stream = watch.Watch(return_type="object")
                 for event in stream.stream(self._list_fn, **self._kwargs, resource_version=rv,
                                            timeout_seconds=30, allow_watch_bookmarks=True,
                                            _request_timeout=60):

@@ -52,6 +52,16 @@ def resource_list(registry: ResourceRegistry, group: str, version: str) -> dict[
                     "verbs": _SUBRESOURCE_VERBS,
                 }
             )
+        if info.builtin and info.kind == "Pod":
+            resources.append(
+                {
+                    "name": "pods/binding",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Binding",
+                    "verbs": ["create"],
+                }
+            )
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",

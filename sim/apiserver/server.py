@@ -357,6 +357,7 @@ class ApiServer:
             sub
             and not (sub == "status" and info.status_subresource)
             and not (sub == "finalize" and info.kind == "Namespace")
+            and not (sub == "binding" and info.kind == "Pod" and info.builtin)
         ):
             raise not_found
         if info.namespaced and not namespace and name:
@@ -450,10 +451,22 @@ class ApiServer:
         opts = AdmitOptions(field_validation=directive)
         if method == "POST" and not t.name:
             self.stats.count("create")
-            created = self.lifecycle.create(
-                t.info, t.namespace, body, dry_run=dry_run, opts=opts
-            )
+            created = self.lifecycle.create(t.info, t.namespace, body, dry_run=dry_run, opts=opts)
             return self._respond_object(request, t.info, created, 201, opts.warnings)
+        if method == "POST" and t.subresource == "binding":
+            self.stats.count("create")
+            bound = self._counting_conflicts(lambda: self._bind(t, body))
+            return self._json(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "code": 201,
+                    "details": {"name": bound["metadata"]["name"], "kind": "pods"},
+                },
+                201,
+            )
         if method == "PUT" and t.name:
             self.stats.count("update")
             updated = self._counting_conflicts(
@@ -470,9 +483,7 @@ class ApiServer:
             return self._respond_object(request, t.info, updated, 200, opts.warnings)
         if method == "PATCH" and t.name:
             self.stats.count("patch")
-            patched = self._counting_conflicts(
-                lambda: self._patch(request, t, body, dry_run, opts)
-            )
+            patched = self._counting_conflicts(lambda: self._patch(request, t, body, dry_run, opts))
             return self._respond_object(request, t.info, patched, 200, opts.warnings)
         if method == "DELETE" and t.name:
             self.stats.count("delete")
@@ -503,9 +514,11 @@ class ApiServer:
         ctype = request.content_type
         if "protobuf" in ctype or "cbor" in ctype:
             raise errors.ApiError(
-                415, "UnsupportedMediaType",
+                415,
+                "UnsupportedMediaType",
                 f"the emulator accepts JSON bodies only, not {ctype} (kubectl: use `create -f` "
-                "with a manifest instead of the create generators)")
+                "with a manifest instead of the create generators)",
+            )
         if ctype.endswith("yaml"):
             import yaml  # only apply-patch bodies are YAML
 
@@ -573,6 +586,29 @@ class ApiServer:
             dry_run=dry_run,
             opts=opts,
         )
+
+    def _bind(self, t: Target, body: Any) -> Obj:
+        """`pods/binding`: how a scheduler sets `spec.nodeName`, once (the real rule)."""
+        target = (body or {}).get("target") if isinstance(body, dict) else None
+        node = (target or {}).get("name") if isinstance(target, dict) else None
+        if not node or (target or {}).get("kind", "Node") != "Node":
+            raise errors.invalid(
+                "",
+                "Binding",
+                t.name,
+                [errors.Cause("target.name", "FieldValueRequired", "Required value")],
+            )
+        current = self._get(t)
+        assigned = (current.get("spec") or {}).get("nodeName")
+        if assigned:
+            raise errors.conflict(
+                "", "pods", t.name, f'pod {t.name} is already assigned to node "{assigned}"'
+            )
+        if current["metadata"].get("deletionTimestamp"):
+            raise errors.conflict("", "pods", t.name, "pod is being deleted")
+        bound = clone(current)
+        bound.setdefault("spec", {})["nodeName"] = node
+        return self.lifecycle.replace_stored(t.info, current, bound)
 
     @staticmethod
     def _delete_options(request: web.Request, body: dict[str, Any] | None) -> DeleteOptions:

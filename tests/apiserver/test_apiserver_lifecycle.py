@@ -172,3 +172,25 @@ def test_preconditions_on_delete(k8s):
             body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="not-the-uid")),
         )
     assert err.value.status == 409 and "Precondition failed" in err.value.body
+
+
+def test_binding_sets_the_node_once(k8s):
+    core = client.CoreV1Api(k8s)
+    core.create_namespaced_pod("default", pod("b"))
+    core.create_namespaced_pod_binding(
+        "b",
+        "default",
+        {"metadata": {"name": "b"}, "target": {"kind": "Node", "name": "n1"}},
+        _preload_content=False,
+    )
+    assert core.read_namespaced_pod("b", "default").spec.node_name == "n1"
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod_binding(
+            "b",
+            "default",
+            {"metadata": {"name": "b"}, "target": {"kind": "Node", "name": "n2"}},
+            _preload_content=False,
+        )
+    assert err.value.status == 409 and "already assigned" in err.value.body
+    resources = {r.name for r in core.get_api_resources().resources}
+    assert "pods/binding" in resources
