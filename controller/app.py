@@ -97,10 +97,10 @@ class ControllerApp:
             await asyncio.Event().wait()  # until cancelled
         finally:
             self.leading.clear()
+            self.caches.stop()  # first: nothing below may keep the watch threads alive
             if self._resync is not None:
                 self._resync.cancel()
             await self.queue.stop()
-            self.caches.stop()
 
     async def _reconcile(self, uid: str) -> None:
         assert self.reconciler is not None
