@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,3 +46,13 @@ def project_crds(k8s) -> list[dict]:
     for crd in crds:
         api.create_custom_resource_definition(crd)
     return crds
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """Unix socket paths are limited to 107 bytes: node roots live in short /tmp dirs."""
+    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

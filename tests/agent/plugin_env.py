@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from kubernetes import client
 
 from agent.plugin.app import PluginApp
@@ -427,3 +428,12 @@ def channel_params(cd_uid: str, mode: str | None = None) -> dict[str, Any]:
 
 def daemon_params(cd_uid: str) -> dict[str, Any]:
     return {"apiVersion": names.API_VERSION, "kind": names.KIND_DAEMON_CONFIG, "domainID": cd_uid}
+
+
+@pytest.fixture
+def cluster(k8s, project_crds) -> ClusterObjects:
+    """The driver's namespace and node `NODE` in the API emulator, with the project's CRDs."""
+    objects = ClusterObjects(k8s)
+    objects.namespace(DRIVER_NS)
+    objects.node(NODE)
+    return objects

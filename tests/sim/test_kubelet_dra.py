@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc.aio
 import pytest
+from plugin_env import NODE, AgentThread, NodeEnv
 
 from api import names
 from api.kubelet.pluginregistration import api_pb2 as reg
@@ -26,27 +24,6 @@ from sim.cluster.dra import (
     RegisteredPlugin,
     container_view,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from plugin_env import DRIVER_NS, NODE, AgentThread, ClusterObjects, NodeEnv
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: node roots live in short /tmp dirs."""
-    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def cluster(k8s, project_crds) -> ClusterObjects:
-    objects = ClusterObjects(k8s)
-    objects.namespace(DRIVER_NS)
-    objects.node(NODE)
-    return objects
 
 
 class Agent:

@@ -4,40 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from plugin_env import DRIVER_NS, NODE, AgentThread, NodeEnv
 
 from sim.cluster.kubelet import SimKubelet
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from plugin_env import DRIVER_NS, NODE, AgentThread, ClusterObjects, NodeEnv
 
 POD_IP = "127.0.1.5"
 
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: node roots live in short /tmp dirs."""
-    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def cluster(k8s, project_crds) -> ClusterObjects:
-    objects = ClusterObjects(k8s)
-    objects.namespace(DRIVER_NS)
-    objects.node(NODE)
-    return objects
 
 
 @pytest.fixture
