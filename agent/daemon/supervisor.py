@@ -27,7 +27,8 @@ from kubernetes import client
 
 from agent.daemon import files
 from agent.daemon.identity import DaemonIdentity
-from agent.daemon.membership import CliqueMembership, LegacyMembership
+from agent.daemon.legacy_membership import LegacyMembership
+from agent.daemon.membership import CliqueMembership
 from agent.daemon.netcheck import check_local_address
 from agent.daemon.process import ImexProcess, kill_stray
 from agent.daemon.readiness import ReadinessPoller, query_state
@@ -104,9 +105,11 @@ class ImexSupervisor:
             )
         # Only a stray on our own address: in a shared network namespace (hostNetwork, the
         # simulated cluster) other domains' daemons listen on the same ports elsewhere.
-        await kill_stray(self.paths.imex_binary,
-                         ports=[names.IMEX_SERVER_PORT, names.IMEX_CMD_PORT],
-                         addresses=[ident.pod_ip])
+        await kill_stray(
+            self.paths.imex_binary,
+            ports=[names.IMEX_SERVER_PORT, names.IMEX_CMD_PORT],
+            addresses=[ident.pod_ip],
+        )
         self.membership = self._make_membership()
         self.index = await self.membership.join(ident.pod_ip)
         log.info(

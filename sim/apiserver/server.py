@@ -23,32 +23,21 @@ from aiohttp import web
 
 from sim.apiserver import discovery, errors, openapi, table
 from sim.apiserver.admission import FIELD_VALIDATION, Admission, AdmitOptions
-from sim.apiserver.auth import (
+from sim.apiserver.authn import TokenAuthenticator, UserInfo
+from sim.apiserver.errors import ApiError
+from sim.apiserver.field_selectors import check_fields, parse_field_selector
+from sim.apiserver.gc import GarbageCollector
+from sim.apiserver.label_selectors import SelectorError, parse_label_selector
+from sim.apiserver.lifecycle import DeleteOptions, Lifecycle
+from sim.apiserver.patch import PatchError, apply_json_patch, apply_merge_patch
+from sim.apiserver.rbac import (
     RequestAttributes,
-    TokenAuthenticator,
-    UserInfo,
     authorize,
     default_cluster_roles_and_bindings,
     forbidden,
     verb_for,
 )
-from sim.apiserver.errors import ApiError
-from sim.apiserver.gc import GarbageCollector
-from sim.apiserver.lifecycle import DeleteOptions, Lifecycle
-from sim.apiserver.patch import (
-    STRATEGIC_MERGE_KINDS,
-    PatchError,
-    apply_json_patch,
-    apply_merge_patch,
-    apply_strategic_merge_patch,
-)
 from sim.apiserver.resources import ResourceInfo, ResourceRegistry, crd_resources
-from sim.apiserver.selectors import (
-    SelectorError,
-    check_fields,
-    parse_field_selector,
-    parse_label_selector,
-)
 from sim.apiserver.store import (
     ADDED,
     DELETED,
@@ -59,6 +48,7 @@ from sim.apiserver.store import (
     Store,
     clone,
 )
+from sim.apiserver.strategic_patch import STRATEGIC_MERGE_KINDS, apply_strategic_merge_patch
 
 log = logging.getLogger(__name__)
 JSON = "application/json"

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from sim.apiserver.auth import TokenAuthenticator
+from sim.apiserver.authn import TokenAuthenticator
 from sim.apiserver.runner import ServerThread
 
 DRIVER_NS = "nvidia-dra-driver"

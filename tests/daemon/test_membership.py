@@ -9,10 +9,10 @@ import time
 import pytest
 from kubernetes import client
 
+from agent.daemon.legacy_membership import LegacyMembership
 from agent.daemon.membership import (
     CliqueFullError,
     CliqueMembership,
-    LegacyMembership,
     MembershipError,
 )
 from api import names

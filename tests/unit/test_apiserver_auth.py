@@ -12,13 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.apiserver.auth import (
-    ADMIN,
-    ANONYMOUS,
+from sim.apiserver.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
+from sim.apiserver.errors import ApiError
+from sim.apiserver.rbac import (
     Decision,
     RequestAttributes,
-    TokenAuthenticator,
-    UserInfo,
     aggregated_cluster_role_rules,
     authorize,
     default_cluster_roles_and_bindings,
@@ -26,7 +24,6 @@ from sim.apiserver.auth import (
     rule_allows,
     verb_for,
 )
-from sim.apiserver.errors import ApiError
 
 RBAC = "rbac.authorization.k8s.io"
 CD_GROUP = "resource.nvidia.com"

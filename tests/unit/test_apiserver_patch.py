@@ -14,12 +14,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.apiserver.patch import (
+from sim.apiserver.patch import PatchError, apply_json_patch, apply_merge_patch
+from sim.apiserver.strategic_patch import (
     MERGE_KEYS,
     STRATEGIC_MERGE_KINDS,
-    PatchError,
-    apply_json_patch,
-    apply_merge_patch,
     apply_strategic_merge_patch,
 )
 

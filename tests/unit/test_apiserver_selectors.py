@@ -13,13 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.apiserver.errors import ApiError
-from sim.apiserver.selectors import (
+from sim.apiserver.field_selectors import (
     SUPPORTED_FIELDS,
-    SelectorError,
     check_fields,
     field_value,
-    label_selector_from_dict,
     parse_field_selector,
+)
+from sim.apiserver.label_selectors import (
+    SelectorError,
+    label_selector_from_dict,
     parse_label_selector,
 )
 
