@@ -1,4 +1,6 @@
-"""The HTTP front of the emulator: routing, list/watch, patches, discovery, faults, auth.
+"""The HTTP front of the emulator: routing, write verbs, patches, discovery, auth.
+
+List/watch streaming lives in `listwatch`, the `/_sim` control endpoints in `control`.
 
 One aiohttp application on one event loop. Everything a request does to the store happens
 synchronously on that loop, so requests are serialised exactly where the real server
@@ -8,13 +10,11 @@ serialises them (per object, through resourceVersions) and nowhere else.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,12 @@ from aiohttp import web
 from sim.apiserver import discovery, errors, openapi, table
 from sim.apiserver.admission import FIELD_VALIDATION, Admission, AdmitOptions
 from sim.apiserver.authn import TokenAuthenticator, UserInfo
+from sim.apiserver.control import Faults, Stats, control
 from sim.apiserver.errors import ApiError
-from sim.apiserver.field_selectors import check_fields, parse_field_selector
 from sim.apiserver.gc import GarbageCollector
-from sim.apiserver.label_selectors import SelectorError, parse_label_selector
+from sim.apiserver.label_selectors import SelectorError
 from sim.apiserver.lifecycle import DeleteOptions, Lifecycle
+from sim.apiserver.listwatch import JSON, json_response, list_response, selected_by, watch_stream
 from sim.apiserver.patch import PatchError, apply_json_patch, apply_merge_patch
 from sim.apiserver.rbac import (
     RequestAttributes,
@@ -39,11 +40,8 @@ from sim.apiserver.rbac import (
 )
 from sim.apiserver.resources import ResourceInfo, ResourceRegistry, crd_resources
 from sim.apiserver.store import (
-    ADDED,
     DELETED,
-    MODIFIED,
     Event,
-    ExpiredError,
     Obj,
     Store,
     clone,
@@ -51,23 +49,8 @@ from sim.apiserver.store import (
 from sim.apiserver.strategic_patch import STRATEGIC_MERGE_KINDS, apply_strategic_merge_patch
 
 log = logging.getLogger(__name__)
-JSON = "application/json"
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-
-
-@dataclass
-class Faults:
-    """Knobs tests turn to make the emulator misbehave like a loaded or flaky real server."""
-
-    latency_s: float = 0.0
-    error_rate: float = 0.0
-    error_code: int = 500
-    seed: int | None = None
-    rng: random.Random = field(default_factory=random.Random)
-
-    def reseed(self) -> None:
-        self.rng = random.Random(self.seed)
 
 
 @dataclass(frozen=True)
@@ -77,17 +60,6 @@ class Target:
     name: str
     subresource: str
     watch: bool
-
-
-@dataclass
-class Stats:
-    """Request counters, so tests and benchmarks can count writes and conflicts."""
-
-    requests: dict[str, int] = field(default_factory=dict)
-    conflicts: int = 0
-
-    def count(self, verb: str) -> None:
-        self.requests[verb] = self.requests.get(verb, 0) + 1
 
 
 class ApiServer:
@@ -270,7 +242,7 @@ class ApiServer:
 
     @staticmethod
     def _json(obj: Any, status: int = 200) -> web.Response:
-        return web.Response(status=status, body=orjson.dumps(obj), content_type=JSON)
+        return json_response(obj, status)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
@@ -429,9 +401,16 @@ class ApiServer:
                 return self._respond_object(request, t.info, self._get(t))
             if t.watch or q.get("watch") in ("true", "1"):
                 self.stats.count("watch")
-                return await self._watch(request, t)
+                return await watch_stream(
+                    request,
+                    t,
+                    store=self.store,
+                    streams=self._streams,
+                    watch_timeout=self._watch_timeout,
+                    bookmark_interval=lambda: self._bookmark_interval,
+                )
             self.stats.count("list")
-            return self._list(request, t)
+            return list_response(request, t, self.store)
         body = await self._body(request) if method in ("POST", "PUT", "PATCH", "DELETE") else None
         directive = q.get("fieldValidation", "Warn") or "Warn"
         if directive not in FIELD_VALIDATION:
@@ -625,87 +604,8 @@ class ApiServer:
             dry_run="All" in (body.get("dryRun") or q.getall("dryRun", [])),
         )
 
-    def _selected(self, request: web.Request, t: Target) -> Callable[[Obj], bool]:
-        q = request.query
-        labels = parse_label_selector(q.get("labelSelector", ""))
-        fields = parse_field_selector(q.get("fieldSelector", ""))
-        fields = check_fields(
-            t.info.group,
-            t.info.plural,
-            fields,
-            namespaced=t.info.namespaced,
-            version=t.info.version,
-        )
-
-        def selected(obj: Obj) -> bool:
-            md = obj.get("metadata") or {}
-            return labels.matches(md.get("labels")) and fields.matches(obj)
-
-        return selected
-
-    def _list(self, request: web.Request, t: Target) -> web.Response:
-        q = request.query
-        selected = self._selected(request, t)
-        rv_param, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
-        current_rv = self.store.resource_version
-        if rv_param not in ("", "0"):
-            try:
-                wanted = int(rv_param)
-            except ValueError:
-                raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from None
-            if wanted > current_rv:
-                raise errors.ApiError(
-                    504, "Timeout", f"Too large resource version: {wanted}, current: {current_rv}"
-                )
-            if match == "Exact" and wanted < self.store.oldest_watchable:
-                raise errors.gone(
-                    f"too old resource version: {wanted} ({self.store.oldest_watchable})"
-                )
-        items = [o for o in self.store.list(t.info.key, t.namespace or None) if selected(o)]
-        list_rv = str(current_rv)
-        start = 0
-        token = q.get("continue")
-        if token:
-            try:
-                state = orjson.loads(base64.urlsafe_b64decode(token.encode()))
-                list_rv, after = state["rv"], tuple(state["after"])
-            except Exception:
-                raise errors.bad_request("continue key is not valid") from None
-            if int(list_rv) < self.store.oldest_watchable:
-                raise errors.gone(
-                    "The provided continue parameter is too old to display a "
-                    "consistent list result. You can start a new list without "
-                    "the continue parameter."
-                )
-            start = next(
-                (
-                    i
-                    for i, o in enumerate(items)
-                    if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after
-                ),
-                len(items),
-            )
-        limit = int(q.get("limit", "0") or 0)
-        page = items[start : start + limit] if limit > 0 else items[start:]
-        list_meta: dict[str, Any] = {"resourceVersion": list_rv}
-        if limit > 0 and start + limit < len(items):
-            last = page[-1]["metadata"]
-            state = {"rv": list_rv, "after": [last.get("namespace", ""), last["name"]]}
-            list_meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(state)).decode()
-            list_meta["remainingItemCount"] = len(items) - start - limit
-        if table.wants_table(request.headers.get("Accept", "")):
-            return self._json(table.table(t.info, page, list_meta))
-        return self._json(
-            {
-                "kind": t.info.list_kind,
-                "apiVersion": t.info.api_version,
-                "metadata": list_meta,
-                "items": page,
-            }
-        )
-
     def _delete_collection(self, request: web.Request, t: Target) -> web.Response:
-        selected = self._selected(request, t)
+        selected = selected_by(request, t)
         opts = self._delete_options(request, None)
         deleted = []
         for obj in list(self.store.list(t.info.key, t.namespace or None)):
@@ -722,134 +622,11 @@ class ApiServer:
             }
         )
 
-    # --- watch -----------------------------------------------------------------------
-
-    async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
-        q = request.query
-        selected = self._selected(request, t)
-        as_table = table.wants_table(request.headers.get("Accept", ""))
-        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
-        timeout = float(q.get("timeoutSeconds") or self._watch_timeout)
-        rv_param = q.get("resourceVersion", "")
-        watcher = self.store.watch(t.info.key, t.namespace or None)
-        response = web.StreamResponse(headers={"Content-Type": JSON})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        self._streams.add(response)
-
-        def frame(kind: str, obj: Obj) -> bytes:
-            if as_table and kind in (ADDED, MODIFIED, DELETED):
-                obj = table.table(
-                    t.info, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-                )
-            return orjson.dumps({"type": kind, "object": obj}) + b"\n"
-
-        try:
-            last_rv = self.store.resource_version
-            if rv_param in ("", "0"):
-                initial = [
-                    frame(ADDED, o)
-                    for o in self.store.list(t.info.key, t.namespace or None)
-                    if selected(o)
-                ]
-                if initial:
-                    await response.write(b"".join(initial))
-            else:
-                try:
-                    since = int(rv_param)
-                except ValueError:
-                    raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from None
-                try:
-                    backlog = self.store.events_since(t.info.key, t.namespace or None, since)
-                except ExpiredError as err:
-                    status = errors.gone(str(err)).status_object()
-                    await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
-                    return response
-                out = [frame(k, o) for k, o in (self._filter(e, selected) for e in backlog) if k]
-                if out:
-                    await response.write(b"".join(out))
-            deadline = time.monotonic() + timeout
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                wait = min(remaining, self._bookmark_interval) if bookmarks else remaining
-                try:
-                    event = await asyncio.wait_for(watcher.queue.get(), wait)
-                except TimeoutError:
-                    if bookmarks:
-                        await response.write(
-                            frame(
-                                "BOOKMARK",
-                                {
-                                    "kind": t.info.kind,
-                                    "apiVersion": t.info.api_version,
-                                    "metadata": {
-                                        "resourceVersion": str(self.store.resource_version)
-                                    },
-                                },
-                            )
-                        )
-                    continue
-                if event is None:
-                    break  # closed by a fault or shutdown
-                if event.rv <= last_rv:
-                    continue
-                kind, obj = self._filter(event, selected)
-                if kind:
-                    await response.write(frame(kind, obj))
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            self.store.unwatch(watcher)
-            self._streams.discard(response)
-        with contextlib.suppress(ConnectionResetError, RuntimeError):
-            await response.write_eof()
-        return response
-
-    @staticmethod
-    def _filter(event: Event, selected: Callable[[Obj], bool]) -> tuple[str | None, Obj]:
-        """Selector transitions as the watch cache reports them."""
-        now_in = selected(event.obj)
-        if event.type == MODIFIED:
-            was_in = event.old is not None and selected(event.old)
-            if now_in and was_in:
-                return MODIFIED, event.obj
-            if now_in:
-                return ADDED, event.obj
-            if was_in:
-                return DELETED, event.obj
-            return None, event.obj
-        return (event.type if now_in else None), event.obj
-
     # --- control endpoints (stand-alone fault injection) -------------------------------
 
     async def _control(self, request: web.Request, parts: list[str]) -> web.Response:
         body = await self._body(request) if request.method == "POST" else None
-        action = parts[0] if parts else ""
-        if action == "faults" and request.method == "POST":
-            body = body or {}
-            self.faults.latency_s = float(body.get("latencySeconds", 0))
-            self.faults.error_rate = float(body.get("errorRate", 0))
-            self.faults.error_code = int(body.get("errorCode", 500))
-            self.faults.seed = body.get("seed")
-            self.faults.reseed()
-            return self._json({"ok": True})
-        if action == "close-watches" and request.method == "POST":
-            return self._json({"closed": self.store.close_watches()})
-        if action == "compact" and request.method == "POST":
-            self.store.compact()
-            return self._json({"compactedTo": self.store.resource_version})
-        if action == "stats":
-            return self._json(
-                {
-                    "requests": self.stats.requests,
-                    "conflicts": self.stats.conflicts,
-                    "resourceVersion": self.store.resource_version,
-                    "watches": self.store.watcher_count,
-                }
-            )
-        raise errors.ApiError(404, "NotFound", f"unknown control endpoint {request.path}")
+        return control(request, parts, body, faults=self.faults, stats=self.stats, store=self.store)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

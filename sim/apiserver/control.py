@@ -1,0 +1,74 @@
+"""The `/_sim` control endpoints: fault injection knobs and request counters."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from sim.apiserver import errors
+from sim.apiserver.listwatch import json_response
+from sim.apiserver.store import Store
+
+
+@dataclass
+class Faults:
+    """Knobs tests turn to make the emulator misbehave like a loaded or flaky real server."""
+
+    latency_s: float = 0.0
+    error_rate: float = 0.0
+    error_code: int = 500
+    seed: int | None = None
+    rng: random.Random = field(default_factory=random.Random)
+
+    def reseed(self) -> None:
+        self.rng = random.Random(self.seed)
+
+
+@dataclass
+class Stats:
+    """Request counters, so tests and benchmarks can count writes and conflicts."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    conflicts: int = 0
+
+    def count(self, verb: str) -> None:
+        self.requests[verb] = self.requests.get(verb, 0) + 1
+
+
+def control(
+    request: web.Request,
+    parts: list[str],
+    body: Any,
+    *,
+    faults: Faults,
+    stats: Stats,
+    store: Store,
+) -> web.Response:
+    """Serve `/_sim/<action>`; `body` is the parsed POST body (None otherwise)."""
+    action = parts[0] if parts else ""
+    if action == "faults" and request.method == "POST":
+        body = body or {}
+        faults.latency_s = float(body.get("latencySeconds", 0))
+        faults.error_rate = float(body.get("errorRate", 0))
+        faults.error_code = int(body.get("errorCode", 500))
+        faults.seed = body.get("seed")
+        faults.reseed()
+        return json_response({"ok": True})
+    if action == "close-watches" and request.method == "POST":
+        return json_response({"closed": store.close_watches()})
+    if action == "compact" and request.method == "POST":
+        store.compact()
+        return json_response({"compactedTo": store.resource_version})
+    if action == "stats":
+        return json_response(
+            {
+                "requests": stats.requests,
+                "conflicts": stats.conflicts,
+                "resourceVersion": store.resource_version,
+                "watches": store.watcher_count,
+            }
+        )
+    raise errors.ApiError(404, "NotFound", f"unknown control endpoint {request.path}")

@@ -1,0 +1,210 @@
+"""List and watch: selectors, paged lists with continue tokens, and watch streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from sim.apiserver import errors, table
+from sim.apiserver.field_selectors import check_fields, parse_field_selector
+from sim.apiserver.label_selectors import parse_label_selector
+from sim.apiserver.store import ADDED, DELETED, MODIFIED, Event, ExpiredError, Obj, Store
+
+if TYPE_CHECKING:
+    from sim.apiserver.server import Target
+
+JSON = "application/json"
+
+
+def json_response(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(obj), content_type=JSON)
+
+
+def selected_by(request: web.Request, t: Target) -> Callable[[Obj], bool]:
+    q = request.query
+    labels = parse_label_selector(q.get("labelSelector", ""))
+    fields = parse_field_selector(q.get("fieldSelector", ""))
+    fields = check_fields(
+        t.info.group,
+        t.info.plural,
+        fields,
+        namespaced=t.info.namespaced,
+        version=t.info.version,
+    )
+
+    def selected(obj: Obj) -> bool:
+        md = obj.get("metadata") or {}
+        return labels.matches(md.get("labels")) and fields.matches(obj)
+
+    return selected
+
+
+def list_response(request: web.Request, t: Target, store: Store) -> web.Response:
+    q = request.query
+    selected = selected_by(request, t)
+    rv_param, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
+    current_rv = store.resource_version
+    if rv_param not in ("", "0"):
+        try:
+            wanted = int(rv_param)
+        except ValueError:
+            raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from None
+        if wanted > current_rv:
+            raise errors.ApiError(
+                504, "Timeout", f"Too large resource version: {wanted}, current: {current_rv}"
+            )
+        if match == "Exact" and wanted < store.oldest_watchable:
+            raise errors.gone(f"too old resource version: {wanted} ({store.oldest_watchable})")
+    items = [o for o in store.list(t.info.key, t.namespace or None) if selected(o)]
+    list_rv = str(current_rv)
+    start = 0
+    token = q.get("continue")
+    if token:
+        try:
+            state = orjson.loads(base64.urlsafe_b64decode(token.encode()))
+            list_rv, after = state["rv"], tuple(state["after"])
+        except Exception:
+            raise errors.bad_request("continue key is not valid") from None
+        if int(list_rv) < store.oldest_watchable:
+            raise errors.gone(
+                "The provided continue parameter is too old to display a "
+                "consistent list result. You can start a new list without "
+                "the continue parameter."
+            )
+        start = next(
+            (
+                i
+                for i, o in enumerate(items)
+                if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after
+            ),
+            len(items),
+        )
+    limit = int(q.get("limit", "0") or 0)
+    page = items[start : start + limit] if limit > 0 else items[start:]
+    list_meta: dict[str, Any] = {"resourceVersion": list_rv}
+    if limit > 0 and start + limit < len(items):
+        last = page[-1]["metadata"]
+        state = {"rv": list_rv, "after": [last.get("namespace", ""), last["name"]]}
+        list_meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(state)).decode()
+        list_meta["remainingItemCount"] = len(items) - start - limit
+    if table.wants_table(request.headers.get("Accept", "")):
+        return json_response(table.table(t.info, page, list_meta))
+    return json_response(
+        {
+            "kind": t.info.list_kind,
+            "apiVersion": t.info.api_version,
+            "metadata": list_meta,
+            "items": page,
+        }
+    )
+
+
+async def watch_stream(
+    request: web.Request,
+    t: Target,
+    *,
+    store: Store,
+    streams: set[web.StreamResponse],
+    watch_timeout: float,
+    bookmark_interval: Callable[[], float],
+) -> web.StreamResponse:
+    """Stream watch events; `bookmark_interval` is read on every wait, so tests can tune it."""
+    q = request.query
+    selected = selected_by(request, t)
+    as_table = table.wants_table(request.headers.get("Accept", ""))
+    bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+    timeout = float(q.get("timeoutSeconds") or watch_timeout)
+    rv_param = q.get("resourceVersion", "")
+    watcher = store.watch(t.info.key, t.namespace or None)
+    response = web.StreamResponse(headers={"Content-Type": JSON})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    streams.add(response)
+
+    def frame(kind: str, obj: Obj) -> bytes:
+        if as_table and kind in (ADDED, MODIFIED, DELETED):
+            obj = table.table(
+                t.info, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            )
+        return orjson.dumps({"type": kind, "object": obj}) + b"\n"
+
+    try:
+        last_rv = store.resource_version
+        if rv_param in ("", "0"):
+            initial = [
+                frame(ADDED, o) for o in store.list(t.info.key, t.namespace or None) if selected(o)
+            ]
+            if initial:
+                await response.write(b"".join(initial))
+        else:
+            try:
+                since = int(rv_param)
+            except ValueError:
+                raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from None
+            try:
+                backlog = store.events_since(t.info.key, t.namespace or None, since)
+            except ExpiredError as err:
+                status = errors.gone(str(err)).status_object()
+                await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                return response
+            out = [frame(k, o) for k, o in (filter_event(e, selected) for e in backlog) if k]
+            if out:
+                await response.write(b"".join(out))
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            wait = min(remaining, bookmark_interval()) if bookmarks else remaining
+            try:
+                event = await asyncio.wait_for(watcher.queue.get(), wait)
+            except TimeoutError:
+                if bookmarks:
+                    await response.write(
+                        frame(
+                            "BOOKMARK",
+                            {
+                                "kind": t.info.kind,
+                                "apiVersion": t.info.api_version,
+                                "metadata": {"resourceVersion": str(store.resource_version)},
+                            },
+                        )
+                    )
+                continue
+            if event is None:
+                break  # closed by a fault or shutdown
+            if event.rv <= last_rv:
+                continue
+            kind, obj = filter_event(event, selected)
+            if kind:
+                await response.write(frame(kind, obj))
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        store.unwatch(watcher)
+        streams.discard(response)
+    with contextlib.suppress(ConnectionResetError, RuntimeError):
+        await response.write_eof()
+    return response
+
+
+def filter_event(event: Event, selected: Callable[[Obj], bool]) -> tuple[str | None, Obj]:
+    """Selector transitions as the watch cache reports them."""
+    now_in = selected(event.obj)
+    if event.type == MODIFIED:
+        was_in = event.old is not None and selected(event.old)
+        if now_in and was_in:
+            return MODIFIED, event.obj
+        if now_in:
+            return ADDED, event.obj
+        if was_in:
+            return DELETED, event.obj
+        return None, event.obj
+    return (event.type if now_in else None), event.obj
