@@ -4,12 +4,10 @@ agent (in-process on its own event loop, or as a real process) talking to the em
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,39 +25,14 @@ from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+from sim.cluster.node import NodeHost
 
 DRIVER_NS = "nvidia-dra-driver"
 NODE = "node-a"
-CLUSTER_UUID = "0f2a6e3c-1111-2222-3333-444455556666"
-CHANNEL_MAJOR = 234
-CAPS_MAJOR = 238
-PROC_DEVICES = (
-    f"Character devices:\n  1 mem\n{CAPS_MAJOR} nvidia-caps\n"
-    f"{CHANNEL_MAJOR} nvidia-caps-imex-channels\n\nBlock devices:\n  8 sd\n"
-)
-
-
-def fabric_gpus(clique: int | None) -> list[dict[str, Any]]:
-    if clique is None:
-        return [{"name": "NVIDIA H100", "uuid": "GPU-1", "fabric": "NOT_SUPPORTED"}]
-    return [
-        {
-            "name": "NVIDIA GB200",
-            "uuid": f"GPU-{i}",
-            "fabric": {
-                "clusterUuid": CLUSTER_UUID,
-                "cliqueId": clique,
-                "state": "COMPLETED",
-                "status": "SUCCESS",
-            },
-        }
-        for i in range(4)
-    ]
-
-
 @dataclass
 class NodeEnv:
-    """Host directories of one simulated node."""
+    """Host directories of one simulated node (`sim.cluster.node.NodeHost`) plus the
+    agent flags the plugin tests use."""
 
     root: Path
     node_name: str = NODE
@@ -67,52 +40,19 @@ class NodeEnv:
     extra_args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for d in ("plugins", "registry", "cdi", "driver-root/dev"):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
-        (self.root / "proc-devices").write_text(PROC_DEVICES)
-        (self.root / "fabric-imex-mgmt").write_text(
-            "DeviceFileMinor: 7\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
-        )
-        (self.root / "boot_id").write_text(str(uuid.uuid4()) + "\n")
-        self.set_clique(self.clique)
+        self.host = NodeHost(self.root, self.node_name, self.clique)
 
     @property
     def clique_id(self) -> str:
-        return "" if self.clique is None else f"{CLUSTER_UUID}.{self.clique}"
+        return self.host.clique_id
 
     def set_clique(self, clique: int | None) -> None:
         self.clique = clique
-        (self.root / "nvml.json").write_text(
-            json.dumps({"driverVersion": "580.82.07", "gpus": fabric_gpus(clique)})
-        )
+        self.host.set_clique(clique)
 
     def args(self, kubeconfig: Path) -> list[str]:
-        r = self.root
         return [
-            "--node-name",
-            self.node_name,
-            "--namespace",
-            DRIVER_NS,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--cdi-root",
-            str(r / "cdi"),
-            "--container-driver-root",
-            str(r / "driver-root"),
-            "--nvidia-driver-root",
-            str(r / "driver-root"),
-            "--kubelet-registrar-directory-path",
-            str(r / "registry"),
-            "--kubelet-plugins-directory-path",
-            str(r / "plugins"),
-            "--proc-devices-path",
-            str(r / "proc-devices"),
-            "--fabric-imex-mgmt-path",
-            str(r / "fabric-imex-mgmt"),
-            "--boot-id-path",
-            str(r / "boot_id"),
-            "--nvml-source",
-            f"fixture:{r / 'nvml.json'}",
+            *self.host.agent_args(kubeconfig, DRIVER_NS),
             "--prepare-timeout",
             "5s",
             *self.extra_args,
@@ -127,18 +67,18 @@ class NodeEnv:
 
     @property
     def plugin_dir(self) -> Path:
-        return self.root / "plugins" / names.DRIVER_NAME
+        return self.host.plugin_dir
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / "dra.sock"
+        return self.host.dra_socket
 
     @property
     def registration_socket(self) -> Path:
-        return self.root / "registry" / names.REGISTRATION_SOCKET_NAME
+        return self.host.registration_socket
 
     def cdi_files(self) -> list[str]:
-        return sorted(p.name for p in (self.root / "cdi").iterdir())
+        return self.host.cdi_files()
 
 
 class AgentThread:
