@@ -13,7 +13,7 @@ import yaml
 from sim.apiserver.runner import ServerThread
 
 REPO = Path(__file__).resolve().parents[1]
-CRD_DIR = REPO / "packaging" / "crds"
+CRD_DIR = REPO / "packaging" / "deploy" / "base" / "crds"
 
 
 @pytest.fixture
@@ -38,7 +38,8 @@ def k8s(apiserver: ServerThread):
 
 @pytest.fixture
 def project_crds(k8s) -> list[dict]:
-    """The project's CRDs, created through the API as `kubectl apply -f packaging/crds` would."""
+    """The project's CRDs, created through the API as
+    `kubectl apply -f packaging/deploy/base/crds` would."""
     from kubernetes import client
 
     api = client.ApiextensionsV1Api(k8s)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sim.apiserver.errors import ApiError, Cause
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "packaging" / "crds"
+CRD_DIR = Path(__file__).resolve().parents[2] / "packaging" / "deploy" / "base" / "crds"
 API_VERSION = "resource.nvidia.com/v1beta1"
 RULES_SKIPPED = Cause(
     "<nil>",
@@ -29,7 +29,7 @@ SUBDOMAIN_MSG = (
 
 
 def load_crd(plural: str) -> dict[str, Any]:
-    """One of the project's CRDs, as shipped under packaging/crds."""
+    """One of the project's CRDs, as shipped under packaging/deploy/base/crds."""
     with (CRD_DIR / f"resource.nvidia.com_{plural}.yaml").open(encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 

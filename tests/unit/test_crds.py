@@ -1,6 +1,6 @@
 """The shipped CRDs: what the API server accepts, stores, defaults and rejects.
 
-These read the real files under packaging/crds, so a typo in a field name, enum, default
+These read the real files under packaging/deploy/base/crds, so a typo in a field name, enum, default
 or list-map key shows up here rather than as a confusing admission error on a cluster.
 Admission goes through `sim.apiserver.crd_schema`, the emulator's copy of what kube-apiserver
 does with a CRD schema (prune, default, validate, transition rules).
@@ -22,7 +22,7 @@ from sim.apiserver.crd_schema import CRDSchema
 from sim.apiserver.crd_validation import validate_crd
 from sim.apiserver.errors import ApiError
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "packaging" / "crds"
+CRD_DIR = Path(__file__).resolve().parents[2] / "packaging" / "deploy" / "base" / "crds"
 GROUP = "resource.nvidia.com"
 VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"

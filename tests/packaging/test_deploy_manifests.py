@@ -1,0 +1,357 @@
+"""The kustomize deploy manifests: what kubectl renders, what the sim renders, and that the
+shipped least-privilege RBAC really lets each component make the calls its code makes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from api import names
+from api.version import __version__
+from sim.apiserver.authn import TokenAuthenticator
+from sim.apiserver.runner import ServerThread
+from sim.cluster import manifests
+
+MODES = ("driverManaged", "hostManaged")
+DRIVER_NS = "nvidia-dra-driver-gpu"
+USER_NS = "team-a"
+IMAGE = f"nvcr.io/nvidia/compute-domain-driver:v{__version__}"
+SA_CONTROLLER = "compute-domain-controller"
+SA_PLUGIN = "compute-domain-kubelet-plugin"
+DAEMON_RBAC = {("ServiceAccount", names.DAEMON_SERVICE_ACCOUNT), ("Role", "compute-domain-daemon"),
+               ("RoleBinding", "compute-domain-daemon"), ("ClusterRole", "compute-domain-daemon"),
+               ("ClusterRoleBinding", "compute-domain-daemon")}
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    md = obj["metadata"]
+    return obj["kind"], md.get("namespace", ""), md["name"]
+
+
+def _find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    [obj] = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj
+
+
+def _container(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    [container] = _find(objects, kind, name)["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {mode: manifests.render(manifests.overlay_path(mode)) for mode in MODES}
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_render_equals_kubectl_kustomize(mode: str, rendered: dict) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: cannot compare with `kubectl kustomize`")
+    out = subprocess.run([kubectl, "kustomize", str(manifests.overlay_path(mode))],
+                         check=True, capture_output=True, text=True, timeout=60).stdout
+    theirs = sorted((d for d in yaml.safe_load_all(out) if d), key=_key)
+    ours = sorted(rendered[mode], key=_key)
+    assert [_key(o) for o in ours] == [_key(o) for o in theirs]
+    for mine, kubectls in zip(ours, theirs, strict=True):
+        assert mine == kubectls, _key(mine)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_object_validates(mode: str, rendered: dict) -> None:
+    version = kubernetes_validate.latest_version()
+    for obj in rendered[mode]:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_modes_differ_only_in_daemon_pieces_and_imex_mode(rendered: dict) -> None:
+    driver = {(o["kind"], o["metadata"]["name"]) for o in rendered["driverManaged"]}
+    host = {(o["kind"], o["metadata"]["name"]) for o in rendered["hostManaged"]}
+    assert driver - host == DAEMON_RBAC | {("DeviceClass", names.DEVICE_CLASS_DAEMON)}
+    assert host <= driver
+    for mode, objects in rendered.items():
+        channel = _find(objects, "DeviceClass", names.DEVICE_CLASS_DEFAULT_CHANNEL)
+        assert channel["spec"]["selectors"] == [
+            {"cel": {"expression": names.DEVICE_CLASS_DEFAULT_CHANNEL_SELECTOR}}]
+        for kind, name in (("Deployment", SA_CONTROLLER), ("DaemonSet", SA_PLUGIN)):
+            env = _env(_container(objects, kind, name))
+            assert env["IMEX_MODE"] == mode
+            gates = "HostManagedIMEXDaemon=true" if mode == "hostManaged" else ""
+            assert env["FEATURE_GATES"] == gates
+    daemon = _find(rendered["driverManaged"], "DeviceClass", names.DEVICE_CLASS_DAEMON)
+    assert daemon["spec"]["selectors"] == [
+        {"cel": {"expression": names.DEVICE_CLASS_DAEMON_SELECTOR}}]
+
+
+def test_one_image_for_controller_plugin_and_daemon_pods(rendered: dict) -> None:
+    for objects in rendered.values():
+        controller = _container(objects, "Deployment", SA_CONTROLLER)
+        assert controller["image"] == IMAGE
+        assert _env(controller)["IMAGE_NAME"] == IMAGE
+        assert _container(objects, "DaemonSet", SA_PLUGIN)["image"] == IMAGE
+
+
+def _parse_env(monkeypatch: pytest.MonkeyPatch, container: dict[str, Any],
+               add_flags: Callable[[argparse.ArgumentParser], None]) -> argparse.Namespace:
+    """The container's env as the program's own flag parser reads it (fieldRefs faked)."""
+    for item in container["env"]:
+        monkeypatch.setenv(item["name"], item.get("value", "from-field-ref"))
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    args, extra = parser.parse_known_args(container["command"][1:])
+    assert extra == [] or extra == ["plugin"]
+    return args
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_env_is_accepted_by_the_real_flag_parsers(mode: str, rendered: dict,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.plugin.config import add_plugin_flags
+    from agent.plugin.config import config_from_args as plugin_config
+    from controller.config import add_controller_flags
+    from controller.config import config_from_args as controller_config
+
+    objects = rendered[mode]
+    with monkeypatch.context() as m:
+        cfg = controller_config(_parse_env(m, _container(objects, "Deployment", SA_CONTROLLER),
+                                           add_controller_flags))
+    assert cfg.host_managed == (mode == "hostManaged")
+    assert cfg.leader_election and cfg.http_endpoint == ":8080"
+    assert cfg.lease_name == names.DEFAULT_LEADER_ELECTION_LEASE_NAME
+    with monkeypatch.context() as m:
+        agent = plugin_config(_parse_env(m, _container(objects, "DaemonSet", SA_PLUGIN),
+                                         add_plugin_flags))
+    assert agent.host_managed == (mode == "hostManaged")
+    assert str(agent.plugins_dir) == names.KUBELET_PLUGINS_DIR
+    assert str(agent.registrar_dir) == names.KUBELET_REGISTRY_DIR
+    assert str(agent.cdi_root) == names.DEFAULT_CDI_ROOT
+    assert agent.healthcheck_port == 51515
+    ds = _find(objects, "DaemonSet", SA_PLUGIN)["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in _container(objects, "DaemonSet",
+                                                            SA_PLUGIN)["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in ds["volumes"]}
+    assert mounts["plugins"] == host["plugins"] == str(agent.plugins_dir)
+    assert mounts["plugins-registry"] == host["plugins-registry"] == str(agent.registrar_dir)
+    assert mounts["cdi"] == host["cdi"] == str(agent.cdi_root)
+    assert mounts["driver-root"] == str(agent.container_driver_root)
+    assert host["driver-root"] == str(agent.host_driver_root)
+
+
+def _kustomization(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "kustomization.yaml").write_text(text)
+    (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")
+    return tmp_path
+
+
+def test_unsupported_kustomization_fields_are_refused(tmp_path: Path) -> None:
+    path = _kustomization(tmp_path, "resources: [cm.yaml]\nnamePrefix: team-\n")
+    with pytest.raises(ValueError, match=r"kustomization\.yaml: field 'namePrefix' is not "):
+        manifests.render(path)
+    _kustomization(tmp_path, "resources: [cm.yaml]\npatches:\n- path: p.yaml\n"
+                   "  target: {kind: ConfigMap}\n")
+    with pytest.raises(ValueError, match=r"patches\[0\]: field 'target' is not supported"):
+        manifests.render(path)
+    assert manifests.render(_kustomization(tmp_path, "resources: [cm.yaml]\n")) == [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}]
+    with pytest.raises(ValueError, match="unknown IMEX mode"):
+        manifests.overlay_path("bogus")
+
+
+# --- RBAC against the emulator ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secured(rendered: dict) -> Iterator[dict[str, client.ApiClient]]:
+    """The driver-managed overlay applied with RBAC enforced; a client per ServiceAccount."""
+    auth = TokenAuthenticator()
+    auth.add_admin("admin")
+    for sa in (SA_CONTROLLER, SA_PLUGIN, names.DAEMON_SERVICE_ACCOUNT):
+        auth.add_service_account(sa, DRIVER_NS, sa)
+    thread = ServerThread(authenticator=auth).start()
+    clients = {name: thread.api_client(name)
+               for name in ("admin", SA_CONTROLLER, SA_PLUGIN, names.DAEMON_SERVICE_ACCOUNT)}
+    try:
+        created = manifests.apply(clients["admin"], rendered["driverManaged"])
+        assert sorted(map(_key, created)) == sorted(map(_key, rendered["driverManaged"]))
+        assert manifests.apply(clients["admin"], rendered["driverManaged"]) == []
+        admin_core = client.CoreV1Api(clients["admin"])
+        admin_core.create_namespace({"metadata": {"name": USER_NS}})
+        admin_core.create_node({"metadata": {"name": "node-1"}})
+        yield clients
+    finally:
+        for api in clients.values():
+            api.close()
+        thread.close()
+
+
+def _forbidden(call: Callable[[], Any]) -> None:
+    with pytest.raises(ApiException) as err:
+        call()
+    assert err.value.status == 403, err.value.body
+
+
+def _allowed_but_absent(call: Callable[[], Any]) -> None:
+    """Authorized (the 404 comes after the RBAC check), the object just does not exist."""
+    with pytest.raises(ApiException) as err:
+        call()
+    assert err.value.status == 404, err.value.body
+
+
+def _create_cd(admin: client.ApiClient, name: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS, {
+            "apiVersion": names.API_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+            "metadata": {"name": name},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": name}}}})
+
+
+def test_controller_service_account(secured: dict[str, client.ApiClient]) -> None:
+    from controller.render import (
+        RenderSettings,
+        daemon_claim_template,
+        daemon_set,
+        workload_claim_template,
+    )
+
+    sa = secured[SA_CONTROLLER]
+    custom, core = client.CustomObjectsApi(sa), client.CoreV1Api(sa)
+    apps, resource = client.AppsV1Api(sa), client.ResourceV1Api(sa)
+    cd = _create_cd(secured["admin"], "ctrl")
+    uid = cd["metadata"]["uid"]
+    settings = RenderSettings(namespace=DRIVER_NS, image=IMAGE, daemon_log_verbosity=4)
+    # Informers (cluster-wide lists).
+    custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL_COMPUTE_DOMAINS)
+    custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL_CLIQUES)
+    resource.list_resource_claim_template_for_all_namespaces(label_selector="x")
+    apps.list_daemon_set_for_all_namespaces()
+    core.list_pod_for_all_namespaces()
+    core.list_node()
+    # Reconcile: finalizer, templates, DaemonSet, status, events.
+    cd = custom.patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS, "ctrl",
+        {"metadata": {"finalizers": [names.FINALIZER]}})
+    resource.create_namespaced_resource_claim_template(USER_NS,
+                                                       workload_claim_template(cd, settings))
+    resource.create_namespaced_resource_claim_template(DRIVER_NS,
+                                                       daemon_claim_template(uid, settings))
+    ds = daemon_set(uid, settings)
+    apps.create_namespaced_daemon_set(DRIVER_NS, ds)
+    live = apps.read_namespaced_daemon_set(ds["metadata"]["name"], DRIVER_NS)
+    apps.replace_namespaced_daemon_set(ds["metadata"]["name"], DRIVER_NS, live)
+    custom.replace_namespaced_custom_object_status(
+        names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS, "ctrl",
+        {**cd, "status": {"status": names.STATUS_NOT_READY, "nodes": []}})
+    event = core.create_namespaced_event(USER_NS, {
+        "metadata": {"generateName": "ctrl-"}, "reason": "Test", "message": "m",
+        "type": "Warning", "involvedObject": {"kind": "ComputeDomain", "name": "ctrl",
+                                              "namespace": USER_NS}})
+    core.patch_namespaced_event(event.metadata.name, USER_NS, {"count": 2})
+    listed = core.list_node().items[0]
+    core.replace_node(listed.metadata.name, listed)
+    apps.delete_namespaced_daemon_set(ds["metadata"]["name"], DRIVER_NS)
+    # Leader election.
+    coord = client.CoordinationV1Api(sa)
+    lease = coord.create_namespaced_lease(DRIVER_NS, {
+        "metadata": {"name": names.DEFAULT_LEADER_ELECTION_LEASE_NAME},
+        "spec": {"holderIdentity": "me"}})
+    lease = coord.read_namespaced_lease(names.DEFAULT_LEADER_ELECTION_LEASE_NAME, DRIVER_NS)
+    coord.replace_namespaced_lease(names.DEFAULT_LEADER_ELECTION_LEASE_NAME, DRIVER_NS, lease)
+    # Outside its role.
+    _forbidden(lambda: coord.read_namespaced_lease("someone-elses-lease", DRIVER_NS))
+    _forbidden(lambda: apps.create_namespaced_daemon_set(USER_NS, ds))
+    _forbidden(lambda: core.delete_namespace(USER_NS))
+    _forbidden(lambda: core.read_namespaced_secret("x", DRIVER_NS))
+    _forbidden(lambda: core.read_node("node-1"))
+    _forbidden(lambda: custom.delete_namespaced_custom_object(
+        names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS, "ctrl"))
+
+
+def test_kubelet_plugin_service_account(secured: dict[str, client.ApiClient]) -> None:
+    from agent.plugin.nodeops import NodeOps
+    from agent.plugin.slices import SlicePublisher
+
+    sa = secured[SA_PLUGIN]
+    custom, core = client.CustomObjectsApi(sa), client.CoreV1Api(sa)
+    resource = client.ResourceV1Api(sa)
+    custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL_COMPUTE_DOMAINS)
+    custom.list_namespaced_custom_object(names.GROUP, names.VERSION, DRIVER_NS,
+                                         names.PLURAL_CLIQUES)
+    _allowed_but_absent(lambda: resource.read_namespaced_resource_claim("c", USER_NS))
+
+    async def agent_calls() -> dict[str, Any]:
+        published = await SlicePublisher(sa, "node-1", host_managed=False).reconcile()
+        ops = NodeOps(sa, "node-1")
+        await ops.add_cd_label("0f3c2a9e-1b2c-4d5e-8f90-123456789abc")
+        await ops.set_clique_label("clique-1")
+        await ops.remove_cd_label("0f3c2a9e-1b2c-4d5e-8f90-123456789abc")
+        return published
+
+    published = asyncio.run(agent_calls())
+    resource.delete_resource_slice(published["metadata"]["name"])
+    labels = core.read_node("node-1").metadata.labels or {}
+    assert labels.get(names.LABEL_GPU_CLIQUE) == "clique-1"
+    # Outside its role.
+    _forbidden(lambda: core.delete_namespace(USER_NS))
+    _forbidden(lambda: core.delete_node("node-1"))
+    _forbidden(lambda: custom.create_namespaced_custom_object(
+        names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES,
+        {"apiVersion": names.API_VERSION, "kind": names.KIND_CLIQUE,
+         "metadata": {"name": "x"}}))
+    _forbidden(lambda: custom.list_namespaced_custom_object(
+        names.GROUP, names.VERSION, USER_NS, names.PLURAL_CLIQUES))
+
+
+def test_daemon_service_account(secured: dict[str, client.ApiClient]) -> None:
+    sa = secured[names.DAEMON_SERVICE_ACCOUNT]
+    custom, core = client.CustomObjectsApi(sa), client.CoreV1Api(sa)
+    admin_core = client.CoreV1Api(secured["admin"])
+    pod = admin_core.create_namespaced_pod(DRIVER_NS, {
+        "metadata": {"name": "daemon-1"}, "spec": {"containers": [{"name": "d", "image": "i"}]}})
+    name = names.clique_object_name("0f3c2a9e-1b2c-4d5e-8f90-123456789abc", "c.1")
+    args = (names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES)
+    custom.create_namespaced_custom_object(*args, {
+        "apiVersion": names.API_VERSION, "kind": names.KIND_CLIQUE,
+        "metadata": {"name": name, "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Pod", "name": "daemon-1", "uid": pod.metadata.uid}]},
+        "daemons": []})
+    clique = custom.get_namespaced_custom_object(*args, name)
+    custom.replace_namespaced_custom_object(*args, name, clique)
+    custom.list_namespaced_custom_object(*args)
+    core.patch_namespaced_pod("daemon-1", DRIVER_NS,
+                              {"metadata": {"labels": {names.LABEL_CLIQUE_ID: "c.1"}}})
+    # Legacy layout (ComputeDomainCliques=false): the ComputeDomain's status.
+    cd = _create_cd(secured["admin"], "legacy")
+    cd_args = (names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS)
+    cd = custom.get_namespaced_custom_object(*cd_args, "legacy")
+    custom.list_namespaced_custom_object(*cd_args)
+    custom.replace_namespaced_custom_object_status(*cd_args, "legacy", {
+        **cd, "status": {"status": names.STATUS_NOT_READY, "nodes": []}})
+    # Outside its role.
+    from controller.render import RenderSettings, daemon_set
+
+    ds = daemon_set(cd["metadata"]["uid"], RenderSettings(namespace=DRIVER_NS, image=IMAGE,
+                                                          daemon_log_verbosity=4))
+    apps = client.AppsV1Api(sa)
+    _forbidden(lambda: apps.create_namespaced_daemon_set(DRIVER_NS, ds))
+    _forbidden(lambda: core.patch_namespaced_pod("daemon-1", USER_NS, {"metadata": {}}))
+    _forbidden(lambda: core.delete_namespaced_pod("daemon-1", DRIVER_NS))
+    _forbidden(lambda: custom.patch_namespaced_custom_object(*cd_args, "legacy", {}))
+    _forbidden(lambda: custom.delete_namespaced_custom_object(*args, name))
