@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint unit proto bench clean
+.PHONY: test lint unit proto bench binary binaries bundle clean
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -28,6 +28,18 @@ $(STAMP): pyproject.toml
 # Benchmarks (long; not part of `make test`): tables on stdout and in tests/bench/RESULTS.md.
 bench: $(STAMP)
 	$(PY) tests/bench/bench_apiserver.py
+
+# The single-file agent (PyInstaller onefile): dist/compute-domain-agent. Runs without Python.
+binary: $(STAMP)
+	$(PY) packaging/pyinstaller/build.py --dist dist
+
+# The agent and the controller (what the container image ships).
+binaries: $(STAMP)
+	$(PY) packaging/pyinstaller/build.py --dist dist --target all
+
+# dist/bundle: binary + systemd unit + env file + install.sh, to carry to an air-gapped host.
+bundle: binary
+	sh packaging/install.sh bundle dist/bundle
 
 # Regenerate the kubelet gRPC stubs from api/kubelet/**/*.proto (committed).
 proto: $(STAMP)
