@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import threading
@@ -38,6 +39,17 @@ async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 def status_of(err: Exception) -> int | None:
     return err.status if isinstance(err, ApiException) else None
+
+
+def error_text(err: Exception) -> str:
+    """One line for a log: `404 NotFound: <the server's message>` instead of the client's
+    multi-line dump of headers and body."""
+    if not isinstance(err, ApiException):
+        return f"{type(err).__name__}: {err}"
+    message = ""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        message = str(json.loads(err.body or "{}").get("message") or "")
+    return f"{err.status} {err.reason}" + (f": {message}" if message else "")
 
 
 class Informer:

@@ -56,6 +56,173 @@ def add_commands(sub: Subcommands) -> None:
     )
     api.set_defaults(handler=_run_apiserver)
 
+    demo = sub.add_parser(
+        "demo",
+        help="run the whole driver end to end on a simulated cluster, then clean up",
+        description=(
+            "Bring a simulated cluster up, apply a ComputeDomain and its workloads (the "
+            "built-in example or --workload FILE), wait until every workload container sees "
+            "its IMEX channel, print the evidence chain, delete everything and check that "
+            "nothing is left. Exits 0 on success, 1 naming the failed step."
+        ),
+    )
+    _cluster_flags(demo)
+    demo.add_argument(
+        "--workload",
+        type=Path,
+        metavar="FILE",
+        help="YAML with ComputeDomains, Pods and Jobs instead of the example",
+    )
+    demo.add_argument("--json", action="store_true", help="print one JSON document")
+    demo.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=300.0,
+        help="seconds to wait for the workloads to see their channels (300)",
+    )
+    demo.set_defaults(handler=_run_demo)
+
+    up = sub.add_parser(
+        "up",
+        help="bring a simulated cluster up and keep it running for kubectl",
+        description="Start the simulated cluster, write a kubeconfig and serve until Ctrl-C.",
+    )
+    _cluster_flags(up)
+    up.add_argument(
+        "--kubeconfig-out",
+        type=Path,
+        default=Path("sim-kubeconfig"),
+        help="where to write the admin kubeconfig (default ./sim-kubeconfig)",
+    )
+    up.set_defaults(handler=_run_up)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be more than 0")
+    return value
+
+
+def _cluster_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=_positive, default=4, help="fabric nodes (default 4)")
+    parser.add_argument(
+        "--cliques",
+        type=_positive,
+        default=None,
+        help="NVLink cliques the nodes are split over (default: 18 nodes each)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("driverManaged", "hostManaged"),
+        default="driverManaged",
+        help="IMEX mode (default driverManaged)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="directory for the nodes' files and logs (default: a new /tmp dir)",
+    )
+    parser.add_argument(
+        "--agent",
+        type=Path,
+        default=None,
+        metavar="PROGRAM",
+        help="node agent program (default: this install's compute-domain-agent)",
+    )
+
+
+def _cluster_error(args: argparse.Namespace) -> str | None:
+    if args.cliques is not None and args.cliques > args.nodes:
+        return f"--cliques {args.cliques} is more than --nodes {args.nodes}"
+    if args.nodes > 254:
+        return f"--nodes {args.nodes}: at most 254 (one 127.0.1.N address each)"
+    if args.agent is not None and not args.agent.is_file():
+        return f"--agent {args.agent}: no such file"
+    return None
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from sim.cluster.demo import DemoOptions, render_json, render_text, run_demo
+
+    if error := _cluster_error(args):
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    opts = DemoOptions(
+        nodes=args.nodes,
+        cliques=args.cliques,
+        mode=args.mode,
+        workload=args.workload,
+        root=args.root,
+        timeout=args.timeout,
+        agent_program=args.agent,
+    )
+    if args.workload is not None:
+        from sim.cluster.example import load
+
+        try:
+            load(args.workload)
+        except ValueError as err:
+            print(f"{PROG}: {err}", file=sys.stderr)
+            return 2
+    result = asyncio.run(run_demo(opts, progress=None if args.json else sys.stdout))
+    print(render_json(result) if args.json else render_text(result), flush=True)
+    return 0 if result.ok else 1
+
+
+def _run_up(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from sim.cluster.cluster import ClusterSpec, SimCluster
+
+    if error := _cluster_error(args):
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    root = args.root or Path(tempfile.mkdtemp(prefix="cd-sim-", dir="/tmp"))
+    kwargs = {"root": root, "nodes": args.nodes, "cliques": args.cliques, "mode": args.mode}
+    if args.agent is not None:
+        kwargs["agent_program"] = args.agent
+
+    async def serve() -> None:
+        cluster = SimCluster(ClusterSpec(**kwargs))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await cluster.start()
+            shutil.copy(cluster.kubeconfigs["admin"], args.kubeconfig_out)
+            args.kubeconfig_out.chmod(0o600)
+            print(
+                f"simulated cluster up: {len(cluster.nodes)} nodes, API {cluster.url}\n"
+                f"  kubectl --kubeconfig {args.kubeconfig_out} get nodes\n"
+                f"  node files and logs: {root}\nCtrl-C stops it.",
+                flush=True,
+            )
+            await stop.wait()
+        finally:
+            await cluster.stop()
+
+    asyncio.run(serve())
+    return 0
+
 
 def _run_apiserver(args: argparse.Namespace) -> int:
     from sim.apiserver.kubeconfig import write_kubeconfig

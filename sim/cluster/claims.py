@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from api.kube import Informer, call
+from api.kube import Informer, call, error_text
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class ClaimController:
                     await self._sync_claim(key)
             except Exception as err:
                 # Retry later, as a rate-limited workqueue would.
-                log.warning("claim controller: %s %s failed (%s); retrying", kind, key, err)
+                log.info("claim controller: %s %s: %s; retrying", kind, key, error_text(err))
                 asyncio.get_running_loop().call_later(0.5, self._enqueue, kind, key)
 
     # --- pods: claims from templates ------------------------------------------------------

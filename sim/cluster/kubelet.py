@@ -393,6 +393,10 @@ class _PodWorker:
             if await self._sleep_unless_ending(delay):
                 return False
         self.dir.mkdir(parents=True, exist_ok=True)
+        # The pod's /etc/hosts, as kubelet writes it (the daemon adds its peers' names).
+        hosts = self.dir / "hosts"
+        if not hosts.exists():
+            hosts.write_text(f"127.0.0.1\tlocalhost\n{self.kubelet.pod_ip}\t{self.name}\n")
         for name, view in views.items():
             (self.dir / f"{name}.json").write_text(json.dumps(view.to_dict(), indent=2) + "\n")
         self.initialized = True
@@ -474,7 +478,8 @@ class _PodWorker:
             if mount.container_path in MOUNT_ENV:
                 env[MOUNT_ENV[mount.container_path]] = mount.host_path
         env["HOSTS_FILE"] = str(self.dir / "hosts")
-        env.update(kubelet.env_extra)
+        pod_dir = str(self.dir)
+        env.update({k: v.replace("{pod_dir}", pod_dir) for k, v in kubelet.env_extra.items()})
         if kubelet.path_extra:
             env["PATH"] = os.pathsep.join([*map(str, kubelet.path_extra), env.get("PATH", "")])
         return env
@@ -621,6 +626,9 @@ class SimKubelet:
     plugin registration directory; every pod gets its own worker task. `stop()` stops
     watching and kills the processes it started, without unpreparing anything (as if the
     kubelet and its containers died together), so tests leave nothing running.
+
+    `env_extra` reaches every executed container; `{pod_dir}` in a value becomes the pod's
+    own directory (where its hosts file, logs and views live).
     """
 
     def __init__(

@@ -26,7 +26,7 @@ from typing import Any
 
 from kubernetes import client
 
-from api.kube import Informer, call, status_of
+from api.kube import Informer, call, error_text, status_of
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,34 @@ def node_should_run(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     return True
 
 
+def pin_to_node(spec: Obj, node: str) -> None:
+    """The real DaemonSet controller's node pinning: every required node-affinity term
+    gets `metadata.name In [node]` as its matchFields (one such term when there is none)."""
+    affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = affinity.setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": []}
+    )
+    pin = [{"key": "metadata.name", "operator": "In", "values": [node]}]
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [dict(t, matchFields=pin) for t in terms]
+
+
+def target_node(pod: Mapping[str, Any]) -> str:
+    """The node a pod is bound to, or (not yet bound) the one it is pinned to; "" if none."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        for field in term.get("matchFields") or ():
+            values = field.get("values") or []
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and values:
+                return str(values[0])
+    return ""
+
+
 def template_hash(template: Mapping[str, Any]) -> str:
     """A stable label value for the template (stands in for the ControllerRevision hash)."""
     blob = json.dumps(template, sort_keys=True, separators=(",", ":")).encode()
@@ -364,7 +392,7 @@ class _Controller:
                     raise
                 except Exception as err:
                     if status_of(err) != 409:
-                        log.warning("%s: reconciling %s failed: %s", self.name, key, err)
+                        log.info("%s: reconciling %s failed: %s", self.name, key, error_text(err))
                     loop.call_later(self._retry, self._enqueue, key)
 
 
@@ -374,9 +402,9 @@ class _Controller:
 class DaemonSetController(_Controller):
     """Keeps exactly one pod of every DaemonSet on each node that should run it.
 
-    Unlike the real controller, which sets a node-affinity term and lets the scheduler bind
-    the pod, this one sets `spec.nodeName` directly: the outcome (one pod bound to each
-    eligible node) is the same, and the simulated cluster needs no scheduler for daemons.
+    As the real controller, it pins each pod to its node with a required node-affinity term
+    on `metadata.name` and leaves binding to the scheduler, which is also what allocates the
+    pod's ResourceClaims (a pod created with `spec.nodeName` would bypass that).
     Pods whose node stopped matching (a label removed, an untolerated taint) or vanished are
     deleted; a Failed pod is deleted and replaced; a terminating pod blocks its replacement
     until it is gone, as in the real controller.
@@ -404,7 +432,7 @@ class DaemonSetController(_Controller):
         template = ds["spec"]["template"]
         tmeta = template.get("metadata") or {}
         spec = copy.deepcopy(template.get("spec") or {})
-        spec["nodeName"] = node
+        pin_to_node(spec, node)
         spec["tolerations"] = daemon_pod_tolerations(spec)
         labels = dict(tmeta.get("labels") or {})
         labels["controller-revision-hash"] = revision
@@ -429,7 +457,7 @@ class DaemonSetController(_Controller):
 
         by_node: dict[str, list[Obj]] = {}
         for pod in self._owned_pods(ds):
-            by_node.setdefault((pod.get("spec") or {}).get("nodeName") or "", []).append(pod)
+            by_node.setdefault(target_node(pod), []).append(pod)
         pending = self._pending(key)
 
         creates: list[str] = []

@@ -12,7 +12,12 @@ from kubernetes import client
 from api import names
 from api.kube import call
 from controller.render import RenderSettings, daemon_set
-from sim.cluster.workloads import DaemonSetController, JobController, node_should_run
+from sim.cluster.workloads import (
+    DaemonSetController,
+    JobController,
+    node_should_run,
+    target_node,
+)
 
 NS = "driver-ns"
 CD_UID = "8d3c4f7e-0000-4000-8000-000000000001"
@@ -110,6 +115,18 @@ def test_daemon_set_follows_node_labels(k8s: client.ApiClient) -> None:
                 tmpl = ds["spec"]["template"]["spec"]
                 assert pod["spec"]["resourceClaims"] == tmpl["resourceClaims"]
                 assert pod["spec"]["nodeSelector"] == tmpl["nodeSelector"]
+                # Pinned by affinity and left to the scheduler (which allocates its claim).
+                assert "nodeName" not in pod["spec"]
+                terms = pod["spec"]["affinity"]["nodeAffinity"][
+                    "requiredDuringSchedulingIgnoredDuringExecution"
+                ]["nodeSelectorTerms"]
+                assert terms == [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [target_node(pod)]}
+                        ]
+                    }
+                ]
                 assert pod["spec"]["containers"][0]["image"] == "example/imex:1"
             await eventually(
                 lambda: _status_matches(
@@ -122,7 +139,7 @@ def test_daemon_set_follows_node_labels(k8s: client.ApiClient) -> None:
             assert len(await _pods(k8s)) == 2
 
             # A Ready pod is counted ready and available.
-            pod0 = next(p for p in pods if p["spec"]["nodeName"] == "node-0")
+            pod0 = next(p for p in pods if target_node(p) == "node-0")
             ready = {
                 "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
             }
@@ -318,7 +335,7 @@ def _oldest(pods: list[dict[str, Any]]) -> dict[str, Any]:
 async def _pods_on(k8s: client.ApiClient, nodes: set[str]) -> list[dict[str, Any]]:
     """The live pods if there is exactly one on each of `nodes` and none elsewhere."""
     pods = await _pods(k8s)
-    on = sorted(p["spec"].get("nodeName") or "" for p in pods)
+    on = sorted(target_node(p) for p in pods)
     return pods if on == sorted(nodes) else []
 
 

@@ -1,0 +1,435 @@
+"""The simulated cluster: API emulator, cluster actors, nodes, and the real driver.
+
+`SimCluster` puts the pieces of `sim/` together the way a real cluster is put together:
+
+- the API emulator with authentication and RBAC enforced;
+- the deploy manifests (`packaging/deploy`, the overlay of the IMEX mode) installed as an
+  admin would install them, except the controller Deployment and the agent DaemonSet,
+  whose programs run here as real processes on the "hosts" instead (with their own
+  kubeconfigs holding their ServiceAccounts' tokens, so the shipped RBAC is what they get);
+- the control-plane actors a driver depends on: the ResourceClaim controller, the DRA
+  scheduler, the DaemonSet and Job controllers (on this process's event loop);
+- per node: host directories and fixtures (`NodeHost`), a loopback address, a kubelet
+  (`SimKubelet`) that runs the daemon pods' `compute-domain-agent daemon run` as processes
+  with the fake `nvidia-imex` on PATH, and the agent (`compute-domain-agent plugin`);
+- in host-managed mode, a fake host `nvidia-imex` per node that the admin would run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import secrets
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from kubernetes import client
+
+from api import names
+from api.kube import call
+from sim.apiserver.authn import TokenAuthenticator
+from sim.apiserver.kubeconfig import write_kubeconfig
+from sim.apiserver.runner import ServerThread
+from sim.cluster import manifests
+from sim.cluster.claims import ClaimController
+from sim.cluster.hostimex import HostImex
+from sim.cluster.kubelet import SimKubelet, container_env
+from sim.cluster.node import NodeHost, node_ip
+from sim.cluster.processes import ManagedProcess, free_port
+from sim.cluster.scheduler import Scheduler
+from sim.cluster.workloads import DaemonSetController, JobController
+from sim.fakeimex.install import install as install_fake_imex
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+MODES: Final = ("driverManaged", "hostManaged")
+NODES_PER_CLIQUE: Final = 18  # a GB200 NVL72 rack: 18 compute trays
+SIM_IMAGE: Final = "compute-domain-driver:sim"
+# Variables of ours that must come from the manifests, not from whoever started the sim.
+_DRIVER_ENV: Final = frozenset(
+    {"IMEX_MODE", "FEATURE_GATES", "NAMESPACE", "NODE_NAME", "KUBECONFIG", "POD_NAME"}
+)
+# Controller and agent programs run here by default (the venv's console scripts).
+DEFAULT_BIN_DIR: Final = Path(sys.executable).parent
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The shape of a simulated cluster."""
+
+    root: Path
+    nodes: int = 4
+    cliques: int | None = None  # default: 18 nodes per clique
+    non_fabric: int = 0  # extra nodes without NVLink fabric (e.g. H100 nodes)
+    mode: str = "driverManaged"
+    agent_program: Path = DEFAULT_BIN_DIR / "compute-domain-agent"
+    controller_program: Path = DEFAULT_BIN_DIR / "compute-domain-controller"
+    imex_start_delay: float = 0.5  # seconds the fake nvidia-imex takes to become READY
+    verbosity: int = 4
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.nodes < 1:
+            raise ValueError(f"nodes must be at least 1 (got {self.nodes})")
+        if self.nodes + self.non_fabric > 254:
+            raise ValueError("at most 254 nodes (one 127.0.1.N address each)")
+        if self.non_fabric < 0:
+            raise ValueError(f"non_fabric must not be negative (got {self.non_fabric})")
+        cliques = self.clique_count
+        if not 1 <= cliques <= self.nodes:
+            raise ValueError(f"cliques must be between 1 and the node count {self.nodes}")
+        for program in (self.agent_program, self.controller_program):
+            if not Path(program).is_file():
+                raise ValueError(f"program {program} not found (run `make` to build the venv)")
+
+    @property
+    def clique_count(self) -> int:
+        return (
+            self.cliques if self.cliques is not None else math.ceil(self.nodes / NODES_PER_CLIQUE)
+        )
+
+    def layout(self) -> list[tuple[str, int | None]]:
+        """(node name, clique number or None) for every node: fabric nodes split evenly
+        and contiguously over cliques 1..K, then the non-fabric nodes."""
+        total = self.nodes + self.non_fabric
+        width = max(2, len(str(total)))
+        out: list[tuple[str, int | None]] = []
+        k = self.clique_count
+        for i in range(self.nodes):
+            out.append((f"node-{i + 1:0{width}d}", i * k // self.nodes + 1))
+        for i in range(self.nodes, total):
+            out.append((f"node-{i + 1:0{width}d}", None))
+        return out
+
+
+@dataclass
+class SimNode:
+    """One node at run time: its host, address, kubelet and agent process."""
+
+    host: NodeHost
+    index: int
+    kubelet: SimKubelet
+    agent: ManagedProcess
+    host_imex: HostImex | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    @property
+    def ip(self) -> str:
+        return node_ip(self.index)
+
+
+class SimCluster:
+    """Start with `await start()`, stop with `await stop()`; everything in between is real."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        spec.validate()
+        self.spec = spec
+        self.root = Path(spec.root)
+        self.objects = manifests.render(manifests.overlay_path(spec.mode))
+        self.namespace = _single(self.objects, "Namespace")["metadata"]["name"]
+        self.accounts = _service_accounts(self.objects)
+        self.tokens = {role: secrets.token_hex(16) for role in self.accounts}
+        self.admin_token = secrets.token_hex(16)
+        self.server: ServerThread | None = None
+        self.admin: client.ApiClient | None = None
+        self.kubeconfigs: dict[str, Path] = {}
+        self.nodes: dict[str, SimNode] = {}
+        self.controller: ManagedProcess | None = None
+        self.actors: list[Any] = []
+        self.controller_port = 0
+        self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sim")
+
+    @property
+    def host_managed(self) -> bool:
+        return self.spec.mode == "hostManaged"
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return self.server.url
+
+    # --- bring-up --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        # Every client call runs in a thread; kubelets and informers need more than the
+        # default pool of cores + 4.
+        asyncio.get_running_loop().set_default_executor(self._executor)
+        self.root.mkdir(parents=True, exist_ok=True)
+        auth = TokenAuthenticator()
+        auth.add_admin(self.admin_token)
+        for role, account in self.accounts.items():
+            auth.add_service_account(self.tokens[role], self.namespace, account)
+        self.server = ServerThread(authenticator=auth).start()
+        self.admin = self._client(self.admin_token)
+        self.kubeconfigs["admin"] = write_kubeconfig(
+            self.root / "kubeconfig", self.url, token=self.admin_token
+        )
+        for role, token in self.tokens.items():
+            self.kubeconfigs[role] = write_kubeconfig(
+                self.root / "kubeconfigs" / role, self.url, token=token, namespace=self.namespace
+            )
+        await call(manifests.apply, self.admin, self.install_objects())
+        install_fake_imex(self.root / "bin")
+        await self._start_actors()
+        for index, (name, clique) in enumerate(self.spec.layout(), start=1):
+            await self._add_node(name, index, clique)
+        self.controller_port = free_port("127.0.0.1")
+        self.controller = ManagedProcess(
+            "controller",
+            self._controller_argv(),
+            self.root / "controller.log",
+            self._manifest_env("Deployment", "compute-domain-controller-sim", "", "127.0.0.1"),
+        )
+        await self.controller.start()
+        await asyncio.gather(*(n.agent.start() for n in self.nodes.values()))
+        await self.wait_ready()
+
+    def install_objects(self) -> list[Obj]:
+        """The manifests minus the controller Deployment and the agent DaemonSet (their
+        programs run as processes here)."""
+        return [o for o in self.objects if o.get("kind") not in ("Deployment", "DaemonSet")]
+
+    def _client(self, token: str) -> client.ApiClient:
+        config = client.Configuration()
+        config.host = self.url
+        config.api_key = {"authorization": f"Bearer {token}"}
+        config.connection_pool_maxsize = 64
+        return client.ApiClient(config)
+
+    async def _start_actors(self) -> None:
+        assert self.admin is not None
+        self.actors = [
+            ClaimController(self.admin),
+            Scheduler(self.admin, retry_seconds=1.0),
+            DaemonSetController(self.admin, resync_seconds=10.0),
+            JobController(self.admin, resync_seconds=10.0),
+        ]
+        for actor in self.actors:
+            actor.start()
+
+    async def _add_node(self, name: str, index: int, clique: int | None) -> None:
+        assert self.admin is not None
+        host = NodeHost(self.root / "nodes" / name, name, clique)
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        if clique is not None:
+            labels["nvidia.com/gpu.present"] = "true"
+        body = {
+            "metadata": {"name": name, "labels": labels},
+            "status": {
+                "addresses": [
+                    {"type": "InternalIP", "address": node_ip(index)},
+                    {"type": "Hostname", "address": name},
+                ],
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        await call(client.CoreV1Api(self.admin).create_node, body)
+        kubelet = SimKubelet(
+            self.admin,
+            name,
+            registry_dir=host.root / "registry",
+            cdi_dirs=[host.cdi_dir],
+            pods_dir=host.pods_dir,
+            pod_ip=node_ip(index),
+            env_extra=self._daemon_env(),
+            path_extra=[self.root / "bin", Path(self.spec.agent_program).parent],
+            probe_period_cap=1.0,
+            backoff_base=0.5,
+            backoff_cap=5.0,
+        )
+        env = self._manifest_env(
+            "DaemonSet", f"compute-domain-kubelet-plugin-{name}", name, node_ip(index)
+        )
+        env[names.ENV_KUBECONFIG] = str(self.kubeconfigs["agent"])
+        agent = ManagedProcess(
+            f"agent-{name}", self._agent_argv(host, node_ip(index)), host.root / "agent.log", env
+        )
+        node = SimNode(host, index, kubelet, agent, labels=labels)
+        if self.host_managed:
+            node.host_imex = HostImex(host, node_ip(index), self.root / "bin")
+        self.nodes[name] = node
+        kubelet.start()
+        if node.host_imex is not None:
+            await node.host_imex.start(peers=self._clique_peers(clique))
+
+    def _clique_peers(self, clique: int | None) -> list[str]:
+        """Addresses of the fabric nodes of `clique` (the host IMEX nodes config)."""
+        return [
+            node_ip(i)
+            for i, (_, c) in enumerate(self.spec.layout(), start=1)
+            if c is not None and c == clique
+        ]
+
+    def _daemon_env(self) -> dict[str, str]:
+        """What the daemon pods' containers get beyond their pod spec: the daemon
+        ServiceAccount's kubeconfig (standing in for the projected token) and the fake
+        IMEX's knobs; `{pod_dir}` is each pod's own directory."""
+        env = {
+            names.ENV_KUBECONFIG: str(self.kubeconfigs.get("daemon", "")),
+            "FAKE_IMEX_HOSTS_FILE": "{pod_dir}/hosts",
+            "FAKE_IMEX_STATE_FILE": "{pod_dir}/imex-state.json",
+            "FAKE_IMEX_HEARTBEAT": "0.2",
+            "FAKE_IMEX_RELOAD_INTERVAL": "0.2",
+            "FAKE_IMEX_START_DELAY": str(self.spec.imex_start_delay),
+            "IMEX_POLL_INTERVAL": "0.2",
+        }
+        return {k: v for k, v in env.items() if v}
+
+    def _manifest_env(self, kind: str, pod_name: str, node: str, ip: str) -> dict[str, str]:
+        """The environment the manifests give the container of the `kind` workload, as
+        kubelet would resolve it for a pod `pod_name` on `node`: the mode, feature gates
+        and settings an admin chose reach the programs exactly as in a real cluster."""
+        workload = _single(self.objects, kind)
+        container = workload["spec"]["template"]["spec"]["containers"][0]
+        pod = {"metadata": {"name": pod_name, "namespace": self.namespace, "uid": pod_name}}
+        env = {k: v for k, v in os.environ.items() if k not in _DRIVER_ENV}
+        env.update(container_env(container, pod, node, ip))
+        return env
+
+    def _agent_argv(self, host: NodeHost, ip: str) -> list[str]:
+        """The DaemonSet's command with this node's host paths as flags (flags win over
+        the manifest env): on a real node they are the hostPath mounts."""
+        argv = [
+            str(self.spec.agent_program),
+            "plugin",
+            "-v", str(self.spec.verbosity),
+            *host.agent_args(self.kubeconfigs["agent"], self.namespace),
+            "--gpu-clique-label-enabled", "true",
+            "--cleanup-interval", "2s",
+            # Every node shares this machine's ports: health on a free one, metrics on
+            # the node's own address.
+            "--healthcheck-port", "0",
+            "--http-endpoint", f"{ip}:8081",
+        ]  # fmt: skip
+        if self.host_managed:
+            argv += ["--imex-ctl-chroot", "false"]
+        return argv
+
+    def _controller_argv(self) -> list[str]:
+        return [
+            str(self.spec.controller_program),
+            "--kubeconfig", str(self.kubeconfigs["controller"]),
+            "--image-name", SIM_IMAGE,
+            "--log-verbosity-cd-daemon", str(self.spec.verbosity),
+            "--resync-interval", "10s",
+            "--http-endpoint", f"127.0.0.1:{self.controller_port}",
+        ]  # fmt: skip
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the controller leads with synced caches and every agent is registered
+        with its kubelet (what Ready driver pods mean on a real cluster)."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes.values():
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                await node.kubelet.watcher.wait_registered(names.DRIVER_NAME, timeout=left)
+            except (TimeoutError, AssertionError) as err:
+                raise RuntimeError(
+                    f"the agent on {node.name} did not register with kubelet: {err}\n"
+                    + node.agent.log_tail()
+                ) from None
+        url = f"http://127.0.0.1:{self.controller_port}/readyz"
+        while True:
+            body = await asyncio.to_thread(_get, url)
+            if body == "ok":
+                return
+            if time.monotonic() > deadline:
+                tail = self.controller.log_tail() if self.controller else ""
+                raise RuntimeError(f"the controller is not ready ({body!r}):\n{tail}")
+            await asyncio.sleep(0.1)
+
+    async def restart_agent(self, node: str, *, kill: bool = True) -> None:
+        """SIGKILL (or stop) the node's agent and start it again on the same state."""
+        agent = self.nodes[node].agent
+        await (agent.kill() if kill else agent.stop())
+        await agent.start()
+
+    async def restart_controller(self, *, kill: bool = True) -> None:
+        assert self.controller is not None
+        await (self.controller.kill() if kill else self.controller.stop())
+        await self.controller.start()
+
+    # --- tear-down -------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop everything this cluster started; safe to call after a failed start."""
+        with contextlib.suppress(Exception):
+            if self.controller is not None:
+                await self.controller.stop()
+        await asyncio.gather(
+            *(n.kubelet.stop() for n in self.nodes.values()), return_exceptions=True
+        )
+        await asyncio.gather(*(n.agent.stop() for n in self.nodes.values()), return_exceptions=True)
+        await asyncio.gather(
+            *(n.host_imex.stop() for n in self.nodes.values() if n.host_imex is not None),
+            return_exceptions=True,
+        )
+        await asyncio.gather(*(a.stop() for a in self.actors), return_exceptions=True)
+        if self.admin is not None:
+            self.admin.close()
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    def processes(self) -> list[ManagedProcess]:
+        out = [n.agent for n in self.nodes.values()]
+        return out + ([self.controller] if self.controller is not None else [])
+
+
+def _get(url: str) -> str:
+    """The body of a GET, or a short reason why there is none."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return str(response.read().decode())
+    except (OSError, urllib.error.URLError) as err:
+        return f"unreachable: {err}"
+
+
+def _single(objects: Sequence[Obj], kind: str) -> Obj:
+    found = [o for o in objects if o.get("kind") == kind]
+    if len(found) != 1:
+        raise ValueError(f"the deploy manifests hold {len(found)} {kind} objects; expected one")
+    return found[0]
+
+
+def _service_accounts(objects: Sequence[Obj]) -> dict[str, str]:
+    """role ("controller", "agent", "daemon") -> ServiceAccount name, from the manifests:
+    the controller Deployment's and the agent DaemonSet's pod specs name theirs, and the
+    daemon's is the one the controller renders into daemon pods."""
+    accounts = {
+        "controller": _pod_account(_single(objects, "Deployment")),
+        "agent": _pod_account(_single(objects, "DaemonSet")),
+    }
+    declared = {o["metadata"]["name"] for o in objects if o.get("kind") == "ServiceAccount"}
+    if names.DAEMON_SERVICE_ACCOUNT in declared:
+        accounts["daemon"] = names.DAEMON_SERVICE_ACCOUNT
+    missing = {a for a in accounts.values() if a not in declared}
+    if missing:
+        raise ValueError(f"the deploy manifests use undeclared ServiceAccounts {sorted(missing)}")
+    return accounts
+
+
+def _pod_account(workload: Obj) -> str:
+    spec = workload["spec"]["template"]["spec"]
+    account = spec.get("serviceAccountName")
+    if not account:
+        kind, name = workload["kind"], workload["metadata"]["name"]
+        raise ValueError(f"{kind} {name} in the deploy manifests names no serviceAccountName")
+    return str(account)
