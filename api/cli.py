@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -96,7 +97,7 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (use true or false)")
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -104,6 +105,9 @@ def parse_duration(text: str) -> float:
     """Seconds from a Go duration (`15s`, `1m30s`, `500ms`) or a bare number of seconds."""
     text = text.strip()
     try:
+        # float() alone would also take `nan`, `inf`, `1_0` and non-ASCII digits.
+        if not text.isascii() or "_" in text:
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         pos, total = 0, 0.0
@@ -115,7 +119,9 @@ def parse_duration(text: str) -> float:
         if pos != len(text) or not text:
             raise argparse.ArgumentTypeError(
                 f"{text!r} is not a duration (examples: 15s, 1m30s, 500ms)") from None
-        return total
+        value = total
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite duration")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
     return value

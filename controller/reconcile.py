@@ -134,7 +134,14 @@ class Reconciler:
     async def _ensure_workload_template(self, cd: Obj) -> None:
         md = _md(cd)
         uid, namespace = md["uid"], md["namespace"]
-        name = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
+        name = ((((cd.get("spec") or {}).get("channel") or {})
+                 .get("resourceClaimTemplate") or {}).get("name"))
+        if not isinstance(name, str) or not name:
+            # The CRD does not require a spec, so `spec: null` gets through the API.
+            raise BlockedError(
+                "InvalidSpec",
+                "spec.channel.resourceClaimTemplate.name is missing: recreate the "
+                "ComputeDomain with a spec naming the workload ResourceClaimTemplate")
         key = f"{namespace}/{name}"
         existing = self._caches.templates.items.get(key)
         if existing is not None and render.is_ours(existing, uid, names.TARGET_WORKLOAD):

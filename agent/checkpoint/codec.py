@@ -127,6 +127,8 @@ def _decode(data: bytes) -> Checkpoint:
         _verify(old, "25.3-RC2 checkpoint")
         return _from_legacy(old)
     _verify({"checksum": top["checksum"], **({"v1": top["v1"]} if "v1" in top else {})}, "v1")
+    if "v2" not in top:
+        _refuse_damaged_v2(raw)
     if "v2" in top:
         _verify(top["v2"], "v2")
         return _from_v2(top["v2"])
@@ -180,6 +182,25 @@ def _has_v2(raw: Any) -> bool:
     return isinstance(raw, dict) and any(
         key.casefold() == "v2" and value is not None for key, value in raw.items()
     )
+
+
+def _refuse_damaged_v2(raw: Any) -> None:
+    """A file without v2 but with an unknown top-level key is a v2 whose key got damaged.
+
+    Go ignores unknown keys and would fall back to v1, which holds only PrepareCompleted
+    claims: a one-byte change of `"v2"` (`"w2"`) would silently drop every PrepareStarted
+    and PrepareAborted entry and the boot id. No driver writes other top-level keys without
+    v2 (the v1-only layout is exactly `{"checksum", "v1"}`), so such a file is refused.
+    """
+    if not isinstance(raw, dict):
+        return
+    known = {name.casefold() for name in wire.TOP_FIELDS}
+    unknown = sorted(key for key in raw if key.casefold() not in known)
+    if unknown:
+        raise CheckpointCorruptError(
+            f"no v2 section but unknown top-level field(s) {', '.join(map(repr, unknown))}"
+            " (a damaged v2?)"
+        )
 
 
 def _verify(shape: dict[str, Any], what: str) -> None:

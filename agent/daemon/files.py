@@ -95,9 +95,27 @@ def dns_nodes_config(cd_uid: str, max_nodes: int) -> str:
     return "".join(f"{names.dns_name(cd_uid, index)}\n" for index in range(max_nodes))
 
 
+def check_peer_ip(ip: object) -> str:
+    """`ip` if it is a plain IPv4/IPv6 address, else ValueError naming it.
+
+    Peer IPs come from API objects other daemons write; Python accepts an IPv6 zone ID
+    (`fe80::1%<anything>`, newlines included), which would inject lines into the hosts
+    file or the nodes config, so zone IDs are refused too (pod IPs never have one).
+    """
+    if not isinstance(ip, str):
+        raise ValueError(f"peer IP address {ip!r} is not a string")
+    address = ipaddress.ip_address(ip)  # raises ValueError naming the bad address
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+        raise ValueError(f"peer IP address {ip!r} has a zone ID: a pod IP never has one")
+    return ip
+
+
 def ip_nodes_config(ips: list[str]) -> str:
-    """IP mode: one peer IP per line, in the given order (IMEX may care about the order)."""
-    return "".join(f"{ip}\n" for ip in ips)
+    """IP mode: one peer IP per line, in the given order (IMEX may care about the order).
+
+    ValueError (naming the address) for anything that is not a plain IP address.
+    """
+    return "".join(f"{check_peer_ip(ip)}\n" for ip in ips)
 
 
 def write_nodes_config(path: Path, text: str) -> None:
@@ -141,7 +159,7 @@ def render_hosts(
     for index, ip in mappings.items():
         if not 0 <= index < max_nodes:
             raise ValueError(f"IMEX daemon index {index} is outside 0..{max_nodes - 1}")
-        ipaddress.ip_address(ip)  # raises ValueError naming the bad address
+        check_peer_ip(ip)
     own_prefix = f"{names.DNS_NAME_PREFIX}{cd_uid}-"
     kept = [line for line in existing.split("\n") if not _is_ours(line, own_prefix)]
     while kept and kept[-1].strip() == "":

@@ -105,7 +105,11 @@ def identity_from(
         _downward(merged, var, field) for var, field in _DOWNWARD
     )
     try:
-        ipaddress.ip_address(pod_ip)
+        address = ipaddress.ip_address(pod_ip)
+        # A zone ID (`fe80::1%<anything>`, newlines included) is never a pod IP, and this
+        # address ends up in every peer's /etc/hosts and nodes config.
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+            raise ValueError(pod_ip)
     except ValueError:
         raise IdentityError(
             f"{names.ENV_POD_IP}={pod_ip!r} is not an IP address: it comes from the downward API "

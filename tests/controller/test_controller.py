@@ -139,6 +139,23 @@ def test_a_taken_template_name_is_an_event_and_a_condition(controller, api):
     wait_for(lambda: condition() is None, 30, what="condition cleared after recovery")
 
 
+def test_a_spec_less_computedomain_is_an_event_not_a_crash(controller, api):
+    """The CRD does not require `spec`: such a CD gets InvalidSpec, nothing else breaks."""
+    api.custom.create_namespaced_custom_object(
+        names.GROUP, names.VERSION, "default", names.PLURAL_COMPUTE_DOMAINS,
+        {"apiVersion": names.API_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+         "metadata": {"name": "bare"}, "spec": None})
+
+    def condition():
+        conds = (api.cd("bare").get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "Reconciled"), None)
+    cond = wait_for(condition, what="condition")
+    assert cond["status"] == "False" and cond["reason"] == "InvalidSpec"
+    assert "spec.channel.resourceClaimTemplate.name is missing" in cond["message"]
+    api.create_cd("cd2")
+    wait_for(lambda: api.rct("cd2-rct", "default"), what="the next CD still reconciled")
+
+
 def test_stale_objects_of_a_vanished_domain_are_cleaned_up(apiserver, api):
     ghost = "00000000-0000-4000-8000-000000000000"
     api.resource.create_namespaced_resource_claim_template("default", {
