@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from api.opaque import ComputeDomainChannelConfig
 log = logging.getLogger(__name__)
 
 STARTED, COMPLETED, ABORTED = "PrepareStarted", "PrepareCompleted", "PrepareAborted"
+# A namespace (DNS-1123 label) or object name (DNS-1123 subdomain, a superset).
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 class Cluster(Protocol):
@@ -110,18 +113,49 @@ class Driver:
         return results
 
     async def _prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
-        claims = [await self._cluster.fetch_claim(ref) for ref in refs]  # RpcError aborts
+        out: dict[str, PrepareResult] = {}
+        valid = []
+        for ref in refs:  # a malformed reference is that claim's error, not the whole RPC's
+            problem = self._ref_problem(ref)
+            if problem:
+                log.error("prepare: %s", problem)
+                out[ref.uid] = PrepareResult(error=problem)
+            else:
+                valid.append(ref)
+        claims = [await self._cluster.fetch_claim(ref) for ref in valid]  # RpcError aborts
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._s.prepare_window_s
         results = await asyncio.gather(*(self._prepare_until(ref, claim, deadline)
-                                         for ref, claim in zip(refs, claims, strict=True)))
-        return {ref.uid: r for ref, r in zip(refs, results, strict=True) if r is not None}
+                                         for ref, claim in zip(valid, claims, strict=True)))
+        out.update({ref.uid: r for ref, r in zip(valid, results, strict=True) if r is not None})
+        return out
+
+    def _ref_problem(self, ref: ClaimRef) -> str:
+        """Why kubelet's reference to a claim cannot be used, or ''. The UID names a CDI
+        spec file, namespace and name go into an API path: refuse anything that is not a
+        plain Kubernetes name before it reaches either."""
+        try:
+            self._edits.check_claim_uid(ref.uid)
+        except PermanentError as err:
+            return str(err)
+        for what, value, limit in (("namespace", ref.namespace, 63),
+                                   ("name", ref.name, 253)):
+            if len(value) > limit or not _DNS_NAME.fullmatch(value):
+                return (f"refusing claim {what} {value!r} (claim UID {ref.uid}): not a valid "
+                        f"Kubernetes object {what} (lower-case alphanumerics, '-' and '.', "
+                        f"at most {limit} characters)")
+        return ""
 
     async def _unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._s.prepare_window_s
         out: dict[str, str] = {}
         for ref in refs:
+            problem = self._ref_problem(ref)
+            if problem:
+                log.error("unprepare: %s", problem)
+                out[ref.uid] = problem
+                continue
             error = await self._retry(lambda r=ref: self._unprepare_once(r), deadline, str(ref))
             if error is not None:
                 out[ref.uid] = error
@@ -322,7 +356,7 @@ class Driver:
 
     def _ensure_domain_dir(self, cd_uid: str) -> None:
         directory = self._s.domains_dir / cd_uid
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        _make_dirs(directory, 0o755)
         template = directory / names.IMEXD_CONFIG_TEMPLATE
         if not template.exists() or template.read_bytes() != self._s.imexd_template:
             tmp = directory / f".{names.IMEXD_CONFIG_TEMPLATE}.tmp"
@@ -408,6 +442,17 @@ class Maintenance:
         if any(counts.values()):
             log.info("cleanup: %s", counts)
         return counts
+
+
+def _make_dirs(path: Path, mode: int) -> None:
+    """`path` and its missing parents, each created with `mode`: `mkdir(parents=True)`
+    gives the parents 0777 less the process umask, which the agent does not control."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=mode, exist_ok=True)
 
 
 def _results_from(entry: ClaimEntry) -> list[PreparedDeviceResult]:

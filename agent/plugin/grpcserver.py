@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -175,6 +177,29 @@ def _remove_stale(path: Path) -> None:
         path.unlink()
 
 
+def _make_dirs(path: Path, mode: int) -> None:
+    """`path` and its missing parents, each created with `mode` (`mkdir(parents=True)`
+    would give the parents 0777 less whatever umask the agent was started with)."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=mode, exist_ok=True)
+
+
+@contextlib.contextmanager
+def _private_umask() -> Iterator[None]:
+    """gRPC binds a unix socket with 0777 less the umask and we chmod it to 0660 only
+    afterwards: bind under umask 0177 so that no one else can connect in between. (The
+    umask is process-wide; the agent's own files are written with explicit modes.)"""
+    old = os.umask(0o177)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 class KubeletServers:
     """Owns both gRPC servers and their socket files."""
 
@@ -189,20 +214,22 @@ class KubeletServers:
 
     async def start(self) -> None:
         for sock in (self.dra_socket, self.registration_socket):
-            sock.parent.mkdir(parents=True, exist_ok=True)
+            _make_dirs(sock.parent, 0o750)
             _remove_stale(sock)
         v1_service = DraV1(self._driver)
         self._dra = grpc.aio.server()
         v1_grpc.add_DRAPluginServicer_to_server(v1_service, self._dra)
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1(v1_service), self._dra)
         self._dra.add_insecure_port(f"unix://{self.dra_socket}")
-        await self._dra.start()
+        with _private_umask():
+            await self._dra.start()
         self.dra_socket.chmod(0o660)
         self._reg = grpc.aio.server()
         reg_grpc.add_RegistrationServicer_to_server(
             Registration(self.dra_socket, self.registration), self._reg)
         self._reg.add_insecure_port(f"unix://{self.registration_socket}")
-        await self._reg.start()
+        with _private_umask():
+            await self._reg.start()
         self.registration_socket.chmod(0o660)
         log.info("serving DRA on %s and registration on %s", self.dra_socket,
                  self.registration_socket)

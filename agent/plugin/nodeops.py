@@ -18,10 +18,18 @@ from kubernetes.client.rest import ApiException
 from agent.plugin.errors import PermanentError, RetryableError
 from agent.plugin.grpcserver import ClaimRef, RpcError
 from api import names
-from api.kube import call
+from api.kube import call, error_text
 
 log = logging.getLogger(__name__)
 _CONFLICT_RETRIES = 8
+RBAC_HINT = ("the agent's ServiceAccount lacks this permission: grant it in the ClusterRole "
+             "compute-domain-kubelet-plugin (packaging/deploy/base/rbac-kubelet-plugin.yaml)")
+
+
+def forbidden(what: str, err: ApiException) -> PermanentError:
+    """A 403 does not go away by retrying within the call: say at once which verb on which
+    resource the API server refused, and where that permission is granted."""
+    return PermanentError(f"{what}: {error_text(err)} ({RBAC_HINT})")
 
 
 class NodeOps:
@@ -45,8 +53,9 @@ class NodeOps:
         try:
             data = await self._read_claim(ref)
         except ApiException as err:
-            raise RpcError(f"retrieve claim {ref.namespace}/{ref.name}: {err.status} "
-                           f"{err.reason}") from None
+            hint = f" ({RBAC_HINT})" if err.status == 403 else ""
+            raise RpcError(f"retrieve claim {ref.namespace}/{ref.name}: "
+                           f"{error_text(err)}{hint}") from None
         except Exception as err:
             raise RpcError(f"retrieve claim {ref.namespace}/{ref.name}: {err}") from None
         if not (data.get("status") or {}).get("allocation"):
@@ -81,7 +90,12 @@ class NodeOps:
     async def _update_label(self, key: str, want: str | None, *, only_if: str | None = None,
                             refuse_other: bool = False) -> None:
         for _ in range(_CONFLICT_RETRIES):
-            node = await call(self._core.read_node, self.node_name, _request_timeout=20)
+            try:
+                node = await call(self._core.read_node, self.node_name, _request_timeout=20)
+            except ApiException as err:
+                if err.status == 403:
+                    raise forbidden(f"read node {self.node_name}", err) from None
+                raise RetryableError(f"read node {self.node_name}: {error_text(err)}") from None
             labels = dict(node.metadata.labels or {})
             current = labels.get(key)
             if current == want:
@@ -102,9 +116,11 @@ class NodeOps:
                 await call(self._core.replace_node, self.node_name, node, _request_timeout=20)
                 return
             except ApiException as err:
+                if err.status == 403:
+                    raise forbidden(f"update node {self.node_name}", err) from None
                 if err.status != 409:
-                    raise RetryableError(f"update node {self.node_name}: {err.status} "
-                                         f"{err.reason}") from None
+                    raise RetryableError(f"update node {self.node_name}: "
+                                         f"{error_text(err)}") from None
                 await asyncio.sleep(random.uniform(0, 0.02))
         raise RetryableError(f"update node {self.node_name}: too many conflicting writers")
 

@@ -105,8 +105,8 @@ class AgentThread:
 class AgentProcess:
     """`compute-domain-agent plugin` as a real process (for crash tests and the CLI)."""
 
-    def __init__(self, env: NodeEnv, kubeconfig: Path) -> None:
-        binary = Path(sys.executable).parent / "compute-domain-agent"
+    def __init__(self, env: NodeEnv, kubeconfig: Path, program: Path | None = None) -> None:
+        binary = program or Path(sys.executable).parent / "compute-domain-agent"
         self.log = env.root / "agent.log"
         self.proc = subprocess.Popen(
             [binary, "plugin", *env.args(kubeconfig)],

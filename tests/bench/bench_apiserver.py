@@ -12,27 +12,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 import orjson
+from results import pct, write_section
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
 BIN = Path(sys.executable).parent / "compute-domain-sim"
 CM = "/api/v1/namespaces/default/configmaps"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def create_objects(session: aiohttp.ClientSession, base: str, n: int, workers: int
@@ -152,18 +144,7 @@ def _rss_mib(pid: int) -> float:
 
 
 def write_results(rows: list[tuple[str, str]]) -> str:
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    date = datetime.now(UTC).strftime("%Y-%m-%d")
-    lines = ["## API emulator", "", f"Machine: {machine}. Date: {date}.", "",
-             "| figure | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows], ""]
-    section = "\n".join(lines)
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    if "## API emulator" in text:
-        text = re.sub(r"## API emulator\n.*?(?=\n## |\Z)", section, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
-    return section
+    return write_section("API emulator", rows)
 
 
 def main() -> int:
