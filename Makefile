@@ -6,11 +6,16 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint unit proto bench binary binaries bundle clean
+.PHONY: test demo lint unit proto bench binary binaries bundle clean
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
+
+# The whole driver end to end on a simulated cluster (README, first section). More shapes:
+# make demo DEMO_ARGS="--nodes 8 --cliques 2 --mode hostManaged --json"
+demo: $(STAMP)
+	$(VENV)/bin/compute-domain-sim demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -28,6 +33,10 @@ $(STAMP): pyproject.toml
 # Benchmarks (long; not part of `make test`): tables on stdout and in tests/bench/RESULTS.md.
 bench: $(STAMP)
 	$(PY) tests/bench/bench_apiserver.py
+	$(PY) tests/bench/bench_controller.py
+	$(PY) tests/bench/bench_prepare.py
+	$(PY) packaging/pyinstaller/build.py --dist dist --if-stale
+	$(PY) tests/bench/bench_prepare.py --agent dist/compute-domain-agent
 
 # The single-file agent (PyInstaller onefile): dist/compute-domain-agent. Runs without Python.
 binary: $(STAMP)

@@ -60,3 +60,14 @@ def remove_durably(path: Path) -> bool:
         return False
     fsync_directory(path.parent)
     return True
+
+
+def make_dirs(path: Path, mode: int) -> None:
+    """`path` and its missing parents, each created with `mode`: `mkdir(parents=True)`
+    gives the parents 0777 less the process umask, which the caller does not control."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=mode, exist_ok=True)

@@ -28,6 +28,7 @@ from agent.plugin.metrics import PluginMetrics
 from agent.plugin.nodelock import NodeLock
 from api import names
 from api.opaque import ComputeDomainChannelConfig
+from cdi.atomic import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +357,7 @@ class Driver:
 
     def _ensure_domain_dir(self, cd_uid: str) -> None:
         directory = self._s.domains_dir / cd_uid
-        _make_dirs(directory, 0o755)
+        make_dirs(directory, 0o755)
         template = directory / names.IMEXD_CONFIG_TEMPLATE
         if not template.exists() or template.read_bytes() != self._s.imexd_template:
             tmp = directory / f".{names.IMEXD_CONFIG_TEMPLATE}.tmp"
@@ -442,17 +443,6 @@ class Maintenance:
         if any(counts.values()):
             log.info("cleanup: %s", counts)
         return counts
-
-
-def _make_dirs(path: Path, mode: int) -> None:
-    """`path` and its missing parents, each created with `mode`: `mkdir(parents=True)`
-    gives the parents 0777 less the process umask, which the agent does not control."""
-    missing = []
-    while not path.exists():
-        missing.append(path)
-        path = path.parent
-    for directory in reversed(missing):
-        directory.mkdir(mode=mode, exist_ok=True)
 
 
 def _results_from(entry: ClaimEntry) -> list[PreparedDeviceResult]:

@@ -25,6 +25,7 @@ from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+from cdi.atomic import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -177,17 +178,6 @@ def _remove_stale(path: Path) -> None:
         path.unlink()
 
 
-def _make_dirs(path: Path, mode: int) -> None:
-    """`path` and its missing parents, each created with `mode` (`mkdir(parents=True)`
-    would give the parents 0777 less whatever umask the agent was started with)."""
-    missing = []
-    while not path.exists():
-        missing.append(path)
-        path = path.parent
-    for directory in reversed(missing):
-        directory.mkdir(mode=mode, exist_ok=True)
-
-
 @contextlib.contextmanager
 def _private_umask() -> Iterator[None]:
     """gRPC binds a unix socket with 0777 less the umask and we chmod it to 0660 only
@@ -214,7 +204,7 @@ class KubeletServers:
 
     async def start(self) -> None:
         for sock in (self.dra_socket, self.registration_socket):
-            _make_dirs(sock.parent, 0o750)
+            make_dirs(sock.parent, 0o750)
             _remove_stale(sock)
         v1_service = DraV1(self._driver)
         self._dra = grpc.aio.server()
