@@ -1,4 +1,11 @@
-"""Command line of `compute-domain-agent`: the node agent."""
+"""Command line of `compute-domain-agent`: the node agent.
+
+The daemon's handlers are thin wrappers: `run_daemon` and `check_daemon` take the parsed
+flags, the environment as a mapping and the process-boundary hooks explicitly, and never
+touch process-global state (os.environ, signal handlers, logging setup). That lets the
+simulated cluster run hundreds of daemon "containers" as tasks in one process with the same
+code; `add_commands(sub, environ=...)` builds the flags against such a container's env.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,17 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from api import names
 from api.cli import Subcommands, env_option, parse_duration, run_program
 from api.errors import ValidationError
+
+if TYPE_CHECKING:
+    from agent.daemon.process import ImexLauncher
+    from agent.daemon.readiness import CtlRunner
 
 PROG = "compute-domain-agent"
 
@@ -24,15 +36,16 @@ def _setup_logging(verbosity: int) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def add_commands(sub: Subcommands) -> None:
+def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> None:
+    """The subcommands; flag defaults come from `environ` (None: os.environ)."""
     from agent.plugin.config import add_plugin_flags
 
     plugin = sub.add_parser(
         "plugin", help="run the DRA kubelet plugin on this node",
         description="Serve kubelet's DRA plugin for compute-domain.nvidia.com on this node.")
     env_option(plugin, "-v", "--verbosity", env="LOG_VERBOSITY", type=int, default=4,
-               help="log verbosity (0 warnings only, 1-4 info, 5+ debug)")
-    add_plugin_flags(plugin)
+               help="log verbosity (0 warnings only, 1-4 info, 5+ debug)", environ=environ)
+    add_plugin_flags(plugin, environ=environ)
     plugin.set_defaults(handler=_run_plugin)
 
     daemon = sub.add_parser(
@@ -43,70 +56,109 @@ def add_commands(sub: Subcommands) -> None:
     check = daemon_sub.add_parser("check", help="probe: exit 0 only if nvidia-imex is READY")
     for p in (run, check):
         env_option(p, "-v", "--verbosity", env="LOG_VERBOSITY", type=int, default=4,
-                   help="log verbosity (0 warnings only, 1-4 info, 5+ debug)")
+                   help="log verbosity (0 warnings only, 1-4 info, 5+ debug)", environ=environ)
         env_option(p, "--imexd-dir", env="IMEXD_DIR", type=Path, default=Path(names.IMEXD_DIR),
-                   help="the /imexd directory the kubelet plugin mounts")
+                   help="the /imexd directory the kubelet plugin mounts", environ=environ)
         env_option(p, "--imex-ctl", env="IMEX_CTL", default=names.IMEX_CTL_BINARY,
-                   help="nvidia-imex-ctl to query (found through PATH)")
+                   help="nvidia-imex-ctl to query (found through PATH)", environ=environ)
     env_option(run, "--hosts-file", env="HOSTS_FILE", type=Path,
-               default=Path(names.DEFAULT_HOSTS_FILE), help="hosts file for the peer names")
+               default=Path(names.DEFAULT_HOSTS_FILE), help="hosts file for the peer names",
+               environ=environ)
     env_option(run, "--imex", env="IMEX_BINARY", default=names.IMEX_BINARY,
-               help="nvidia-imex to run (found through PATH)")
+               help="nvidia-imex to run (found through PATH)", environ=environ)
     env_option(run, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
-               help="kubeconfig file; empty means in-cluster configuration")
+               help="kubeconfig file; empty means in-cluster configuration", environ=environ)
     env_option(run, "--feature-gates", env=names.ENV_FEATURE_GATES, default="",
-               help="Name=bool,Name=bool (the controller passes its full map)")
+               help="Name=bool,Name=bool (the controller passes its full map)", environ=environ)
     env_option(run, "--poll-interval", env="IMEX_POLL_INTERVAL", type=parse_duration,
-               default=1.0, help="how often to ask nvidia-imex-ctl -q for the state")
+               default=1.0, help="how often to ask nvidia-imex-ctl -q for the state",
+               environ=environ)
     run.set_defaults(handler=_run_daemon)
     check.set_defaults(handler=_check_daemon)
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
-    from agent.daemon.identity import IdentityError, identity_from
-    from agent.daemon.netcheck import NetcheckError
-    from agent.daemon.supervisor import ImexSupervisor, SupervisorPaths
-    from api import kube
-    from api.featuregates import COMPUTE_DOMAIN_CLIQUES, IMEX_DAEMONS_WITH_DNS_NAMES, FeatureGates
-
     _setup_logging(args.verbosity)
-    try:
-        identity = identity_from(os.environ)
-        gates = FeatureGates.parse(args.feature_gates)
-        gates.validate()
-    except (IdentityError, ValidationError) as err:
-        print(f"Error: {err}", file=sys.stderr)
-        return 1
-    paths = SupervisorPaths(imexd_dir=args.imexd_dir, hosts_file=args.hosts_file,
-                            imex_binary=args.imex, imex_ctl_binary=args.imex_ctl)
 
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        supervisor = ImexSupervisor(
-            identity, kube.api_client(args.kubeconfig),
-            dns_names=gates.enabled(IMEX_DAEMONS_WITH_DNS_NAMES),
-            cliques=gates.enabled(COMPUTE_DOMAIN_CLIQUES), paths=paths,
-            poll_interval=args.poll_interval)
-        return await supervisor.run(stop)
+        return await run_daemon(args, os.environ, stop)
 
+    return asyncio.run(main())
+
+
+async def run_daemon(
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+    stop: asyncio.Event,
+    *,
+    launcher: ImexLauncher | None = None,
+    ctl_runner: CtlRunner | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`daemon run` until `stop` is set (what SIGTERM does); the exit status.
+
+    `env` is the container's environment (CDI and downward-API identity, and what the
+    `nvidia-imex` child inherits); `launcher` and `ctl_runner` replace the real processes
+    (None: real ones); errors are printed to `err` (None: stderr).
+    """
+    from agent.daemon.identity import IdentityError, identity_from
+    from agent.daemon.netcheck import NetcheckError
+    from agent.daemon.supervisor import ImexSupervisor, SupervisorPaths
+    from api import kube
+    from api.featuregates import COMPUTE_DOMAIN_CLIQUES, IMEX_DAEMONS_WITH_DNS_NAMES, FeatureGates
+
+    err = err or sys.stderr
     try:
-        return asyncio.run(main())
-    except (NetcheckError, OSError, RuntimeError, ValueError) as err:
-        print(f"Error: {err}", file=sys.stderr)
+        identity = identity_from(env)
+        gates = FeatureGates.parse(args.feature_gates)
+        gates.validate()
+    except (IdentityError, ValidationError) as error:
+        print(f"Error: {error}", file=err)
+        return 1
+    paths = SupervisorPaths(imexd_dir=args.imexd_dir, hosts_file=args.hosts_file,
+                            imex_binary=args.imex, imex_ctl_binary=args.imex_ctl)
+    try:
+        api = kube.api_client(args.kubeconfig)
+        try:
+            supervisor = ImexSupervisor(
+                identity, api,
+                dns_names=gates.enabled(IMEX_DAEMONS_WITH_DNS_NAMES),
+                cliques=gates.enabled(COMPUTE_DOMAIN_CLIQUES), paths=paths,
+                poll_interval=args.poll_interval, launcher=launcher, ctl_runner=ctl_runner,
+                imex_env=env)
+            return await supervisor.run(stop)
+        finally:
+            api.close()
+    except (NetcheckError, OSError, RuntimeError, ValueError) as error:
+        print(f"Error: {error}", file=err)
         return 1
 
 
 def _check_daemon(args: argparse.Namespace) -> int:
-    from agent.daemon.readiness import check_main
+    return asyncio.run(check_daemon(args, os.environ))
 
-    if not os.environ.get(names.ENV_CLIQUE_ID):
+
+async def check_daemon(
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+    *,
+    ctl_runner: CtlRunner | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`daemon check` against the container environment `env`; the exit status."""
+    from agent.daemon.readiness import check
+
+    if not env.get(names.ENV_CLIQUE_ID):
         # A non-fabric node runs no IMEX; its pod's readiness is what the controller reports.
-        print("no cliqueID: no IMEX daemon on this node, nothing to check")
+        print("no cliqueID: no IMEX daemon on this node, nothing to check", file=out or sys.stdout)
         return 0
-    return check_main(args.imex_ctl, str(args.imexd_dir / names.IMEXD_CONFIG))
+    return await check(args.imex_ctl, str(args.imexd_dir / names.IMEXD_CONFIG),
+                       runner=ctl_runner, out=out, err=err)
 
 
 def _run_plugin(args: argparse.Namespace) -> int:

@@ -131,7 +131,10 @@ class Informer:
                 return False
             changed = self._changed
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), remaining)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races
+                # the event being set, and this loop would never stop.
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
 
     # --- thread side -------------------------------------------------------------------
 

@@ -138,6 +138,11 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
         help="directory for the nodes' files and logs (default: a new /tmp dir)",
     )
     parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the agents, IMEX daemons and fake IMEX as tasks in this process (scale)",
+    )
+    parser.add_argument(
         "--agent",
         type=Path,
         default=None,
@@ -151,6 +156,8 @@ def _cluster_error(args: argparse.Namespace) -> str | None:
         return f"--cliques {args.cliques} is more than --nodes {args.nodes}"
     if args.nodes > 254:
         return f"--nodes {args.nodes}: at most 254 (one 127.0.1.N address each)"
+    if args.in_process and args.agent is not None:
+        return "--agent runs a program per node; it cannot be combined with --in-process"
     if args.agent is not None and not args.agent.is_file():
         return f"--agent {args.agent}: no such file"
     return None
@@ -171,6 +178,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         root=args.root,
         timeout=args.timeout,
         agent_program=args.agent,
+        in_process=args.in_process,
     )
     if args.workload is not None:
         from sim.cluster.example import load
@@ -196,7 +204,13 @@ def _run_up(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     root = args.root or Path(tempfile.mkdtemp(prefix="cd-sim-", dir="/tmp"))
-    kwargs = {"root": root, "nodes": args.nodes, "cliques": args.cliques, "mode": args.mode}
+    kwargs = {
+        "root": root,
+        "nodes": args.nodes,
+        "cliques": args.cliques,
+        "mode": args.mode,
+        "in_process": args.in_process,
+    }
     if args.agent is not None:
         kwargs["agent_program"] = args.agent
 

@@ -12,6 +12,11 @@ What we do differently from the reference, and why:
   container log in our format; the pipes are drained to EOF before an exit is reported.
 * A leftover `nvidia-imex` from a previous run of this container that still listens on our
   ports (sigs#654) can be found and ended (`find_stray` / `kill_stray`) before we start ours.
+
+How the child is started is an `ImexLauncher` (default: `SubprocessLauncher`, a real process
+in its own process group). The simulated cluster at scale passes one that runs the fake IMEX
+as a task in its own process instead, so hundreds of daemons fit on one machine while this
+supervision code (backoff, escalation, reaping, output forwarding) stays the code under test.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
@@ -43,11 +49,104 @@ class ImexStartError(RuntimeError):
     """The child could not be executed at all (missing binary, permissions)."""
 
 
+class ImexChild(Protocol):
+    """One started `nvidia-imex`: what `ImexProcess` does with it (the subset of
+    `asyncio.subprocess.Process` it uses, plus killing the child's whole group)."""
+
+    stdout: asyncio.StreamReader | None
+    stderr: asyncio.StreamReader | None
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def send_signal(self, sig: int) -> None:
+        """Deliver `sig`; ProcessLookupError when the child is already gone."""
+
+    def kill_group(self) -> None:
+        """SIGKILL the child and anything it started (its process group)."""
+
+
+class ImexLauncher(Protocol):
+    """Starts `nvidia-imex` children and ends strays of earlier runs (see module doc)."""
+
+    async def spawn(
+        self, command: Sequence[str], env: Mapping[str, str] | None, limit: int
+    ) -> ImexChild:
+        """Start `command` with `env` (None: ours), stdout/stderr readable with line
+        `limit`; OSError when it cannot be started at all."""
+        ...
+
+    async def kill_stray(
+        self, binary_name: str, *, ports: Iterable[int], addresses: Iterable[str] | None
+    ) -> list[int]:
+        """End leftover `binary_name` daemons listening on `ports` at `addresses`."""
+        ...
+
+
+class _SubprocessChild:
+    """An `asyncio.subprocess.Process` leading its own process group."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def wait(self) -> int:
+        return await self._proc.wait()
+
+    def send_signal(self, sig: int) -> None:
+        self._proc.send_signal(sig)
+
+    def kill_group(self) -> None:
+        # Only called while the child is unreaped or its group still has members, so the
+        # pgid cannot have been reused by an unrelated process.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+
+
+class SubprocessLauncher:
+    """The default: a real process (its own session) and a psutil search for strays."""
+
+    async def spawn(
+        self, command: Sequence[str], env: Mapping[str, str] | None, limit: int
+    ) -> ImexChild:
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            limit=limit,
+            # Its own process group: SIGKILL escalation reaches anything it spawned, and
+            # a terminal's SIGINT to our group does not bypass our shutdown order.
+            start_new_session=True,
+        )
+        return _SubprocessChild(proc)
+
+    async def kill_stray(
+        self, binary_name: str, *, ports: Iterable[int], addresses: Iterable[str] | None
+    ) -> list[int]:
+        return await kill_stray(binary_name, ports=ports, addresses=addresses)
+
+
 @dataclass(eq=False)
 class _Child:
     """One started process and the tasks that belong to it."""
 
-    proc: asyncio.subprocess.Process
+    proc: ImexChild
     started: float
     readers: list[asyncio.Task[None]] = field(default_factory=list)
     watcher: asyncio.Task[None] | None = None
@@ -76,6 +175,7 @@ class ImexProcess:
         backoff_max: float = 60.0,
         stable_after: float = 30.0,
         rng: random.Random | None = None,
+        launcher: ImexLauncher | None = None,
     ) -> None:
         if not command:
             raise ValueError("command must not be empty")
@@ -87,6 +187,7 @@ class ImexProcess:
         self.backoff_max = backoff_max
         self.stable_after = stable_after
         self._rng = rng or random.Random()
+        self.launcher: ImexLauncher = launcher or SubprocessLauncher()
         self._lock = asyncio.Lock()
         self._child: _Child | None = None
         self._wanted = False  # whether the child should be running (restart on exit)
@@ -165,17 +266,7 @@ class ImexProcess:
     async def _spawn(self) -> None:
         log.info("Start: %s", " ".join(self.command))
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self.env,
-                limit=_LINE_LIMIT,
-                # Its own process group: SIGKILL escalation reaches anything it spawned, and
-                # a terminal's SIGINT to our group does not bypass our shutdown order.
-                start_new_session=True,
-            )
+            proc = await self.launcher.spawn(self.command, self.env, _LINE_LIMIT)
         except OSError as err:
             raise ImexStartError(f"cannot start {self.command[0]}: {err}") from err
         child = _Child(proc=proc, started=time.monotonic())
@@ -223,8 +314,7 @@ class ImexProcess:
             # Something the child spawned still holds the pipes open. Its group still has
             # members, so the pgid cannot have been reused by an unrelated process.
             log.warning("Killing leftovers of pid %d that keep its output open", child.pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)
+            child.proc.kill_group()
             _, pending = await asyncio.wait(pending, timeout=_DRAIN_TIMEOUT)
         for task in pending:
             task.cancel()
@@ -284,8 +374,7 @@ class ImexProcess:
                     self.grace,
                 )
                 # Still unreaped, so the pgid is certainly the child's own group.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(child.pid, signal.SIGKILL)
+                child.proc.kill_group()
                 await child.proc.wait()
         if child.watcher is not None:
             await asyncio.gather(child.watcher, return_exceptions=True)

@@ -6,6 +6,10 @@ through the pod's probes and then copies pod readiness into the clique entry, up
 readiness-probe period late. `ReadinessPoller` lets the daemon flip its entry the moment the
 state changes; `check_main` keeps the `check` subcommand for the probes, with the same exact
 `READY` test.
+
+How `nvidia-imex-ctl` is run is a `CtlRunner` (default `run_subprocess`, the real program):
+the simulated cluster at scale answers in-process instead of starting hundreds of processes
+a second, while the state parsing and the READY test here stay the code under test.
 """
 
 from __future__ import annotations
@@ -14,14 +18,19 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TextIO, TypeAlias
 
 log = logging.getLogger(__name__)
 
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
 _DETAIL_LIMIT = 2000
+
+CtlRunner: TypeAlias = Callable[[Sequence[str], float], Awaitable[tuple[int, str, str]]]
+"""`runner(argv, timeout)` -> (exit status, stdout, stderr) of the program `argv`; OSError
+when it cannot be run, TimeoutError when it did not finish within `timeout` seconds."""
 
 
 def is_ready(output: str) -> bool:
@@ -36,43 +45,56 @@ def _state_of(stdout: str) -> str:
     return lines[-1] if lines else UNAVAILABLE
 
 
-async def probe(ctl: str, config_path: str, *, timeout: float = 5.0) -> tuple[str, str]:
-    """(state, detail): the state word, and what went wrong when it is UNAVAILABLE."""
-    argv = [ctl, "-c", config_path, "-q"]
+async def run_subprocess(argv: Sequence[str], timeout: float) -> tuple[int, str, str]:
+    """The default `CtlRunner`: a real process, killed at the timeout or on cancellation."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,  # a timeout kills whatever it started too
+    )
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # a timeout kills whatever it started too
-        )
-    except OSError as err:
-        return UNAVAILABLE, f"cannot run {ctl}: {err}"
-    try:
-        out, err_out = await asyncio.wait_for(proc.communicate(), timeout)
-    except (TimeoutError, asyncio.CancelledError) as exc:
+        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races the
+        # answer, and the poller calling this would never stop.
+        async with asyncio.timeout(timeout):
+            out, err_out = await proc.communicate()
+    except (TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
-        if isinstance(exc, asyncio.CancelledError):
-            raise
+        raise
+    code = proc.returncode if proc.returncode is not None else -1
+    return code, out.decode("utf-8", errors="replace"), err_out.decode("utf-8", errors="replace")
+
+
+async def probe(
+    ctl: str, config_path: str, *, timeout: float = 5.0, runner: CtlRunner | None = None
+) -> tuple[str, str]:
+    """(state, detail): the state word, and what went wrong when it is UNAVAILABLE."""
+    argv = [ctl, "-c", config_path, "-q"]
+    try:
+        code, stdout, err_out = await (runner or run_subprocess)(argv, timeout)
+    except OSError as err:
+        return UNAVAILABLE, f"cannot run {ctl}: {err}"
+    except TimeoutError:
         return UNAVAILABLE, f"{ctl} -q did not answer within {timeout:g}s"
-    stdout = out.decode("utf-8", errors="replace")
-    stderr = err_out.decode("utf-8", errors="replace").strip()[:_DETAIL_LIMIT]
-    if proc.returncode != 0:
+    stderr = err_out.strip()[:_DETAIL_LIMIT]
+    if code != 0:
         detail = stderr or stdout.strip()[:_DETAIL_LIMIT] or "(no output)"
-        return UNAVAILABLE, f"{ctl} -q exited with status {proc.returncode}: {detail}"
+        return UNAVAILABLE, f"{ctl} -q exited with status {code}: {detail}"
     state = _state_of(stdout)
     return state, "" if state != UNAVAILABLE else f"{ctl} -q printed nothing"
 
 
-async def query_state(ctl: str, config_path: str, *, timeout: float = 5.0) -> str:
+async def query_state(
+    ctl: str, config_path: str, *, timeout: float = 5.0, runner: CtlRunner | None = None
+) -> str:
     """The daemon's state word (`READY`, `INITIALIZING`, ...), `UNAVAILABLE` if unreachable.
 
     Never raises for a missing tool, a dead daemon or a timeout: those are just "not ready".
     """
-    state, detail = await probe(ctl, config_path, timeout=timeout)
+    state, detail = await probe(ctl, config_path, timeout=timeout, runner=runner)
     if detail:
         log.debug("IMEX state query: %s", detail)
     return state
@@ -128,18 +150,35 @@ class ReadinessPoller:
             await self.poll_once()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races
+                # the event being set, and this loop would never stop.
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()
 
 
 def check_main(ctl: str, config_path: str, *, timeout: float = 5.0) -> int:
     """`daemon check`: 0 only if the daemon says exactly READY, else print the state and 1."""
+    return asyncio.run(check(ctl, config_path, timeout=timeout))
+
+
+async def check(
+    ctl: str,
+    config_path: str,
+    *,
+    timeout: float = 5.0,
+    runner: CtlRunner | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`check_main` on a running loop, printing to `out`/`err` (default stdout/stderr)."""
+    out, err = out or sys.stdout, err or sys.stderr
     if not Path(config_path).is_file():
-        print(f"IMEX daemon check failed: config file {config_path} does not exist")
+        print(f"IMEX daemon check failed: config file {config_path} does not exist", file=out)
         return 1
-    state, detail = asyncio.run(probe(ctl, config_path, timeout=timeout))
+    state, detail = await probe(ctl, config_path, timeout=timeout, runner=runner)
     if state == READY:
         return 0
-    print(f"IMEX daemon not ready: {state}")
+    print(f"IMEX daemon not ready: {state}", file=out)
     if detail:
-        print(detail, file=sys.stderr)
+        print(detail, file=err)
     return 1

@@ -12,6 +12,10 @@ later, inside the node agent. The flow (reference daemon.md, with our fixes):
    restarted when our own index changed (IMEX reads its identity only at start);
 5. poll `nvidia-imex-ctl -q` and flip our clique entry Ready / NotReady at once;
 6. on stop: stop IMEX (SIGTERM, then SIGKILL), leave the clique.
+
+The process boundary is injected: `launcher` starts `nvidia-imex` (and ends strays),
+`ctl_runner` runs `nvidia-imex-ctl`, `imex_env` is the child's environment. The defaults are
+real processes with our own environment; the simulated cluster at scale runs both in-process.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +35,8 @@ from agent.daemon.identity import DaemonIdentity
 from agent.daemon.legacy_membership import LegacyMembership
 from agent.daemon.membership import CliqueMembership
 from agent.daemon.netcheck import check_local_address
-from agent.daemon.process import ImexProcess, kill_stray
-from agent.daemon.readiness import ReadinessPoller, query_state
+from agent.daemon.process import ImexLauncher, ImexProcess
+from agent.daemon.readiness import CtlRunner, ReadinessPoller, query_state
 from api import names
 from api.kube import call
 
@@ -66,6 +71,9 @@ class ImexSupervisor:
         poll_interval: float = 1.0,
         imex_grace: float = 10.0,
         check_local: bool = True,
+        launcher: ImexLauncher | None = None,
+        ctl_runner: CtlRunner | None = None,
+        imex_env: Mapping[str, str] | None = None,
     ) -> None:
         self.identity = identity
         self._api = api
@@ -74,10 +82,13 @@ class ImexSupervisor:
         self.paths = paths or SupervisorPaths()
         self._poll_interval = poll_interval
         self._check_local = check_local
+        self._ctl_runner = ctl_runner
         self.imex = ImexProcess(
             [self.paths.imex_binary, "-c", str(self.paths.config)],
+            env=imex_env,
             log_prefix="nvidia-imex",
             grace=imex_grace,
+            launcher=launcher,
         )
         self.membership: CliqueMembership | LegacyMembership | None = None
         self.index: int | None = None
@@ -105,7 +116,7 @@ class ImexSupervisor:
             )
         # Only a stray on our own address: in a shared network namespace (hostNetwork, the
         # simulated cluster) other domains' daemons listen on the same ports elsewhere.
-        await kill_stray(
+        await self.imex.launcher.kill_stray(
             self.paths.imex_binary,
             ports=[names.IMEX_SERVER_PORT, names.IMEX_CMD_PORT],
             addresses=[ident.pod_ip],
@@ -122,7 +133,9 @@ class ImexSupervisor:
             # IP mode: the nodes config must list every peer before IMEX starts.
             await self.membership.wait_for_num_nodes()
         poller = ReadinessPoller(
-            lambda: query_state(self.paths.imex_ctl_binary, str(self.paths.config)),
+            lambda: query_state(
+                self.paths.imex_ctl_binary, str(self.paths.config), runner=self._ctl_runner
+            ),
             self._report_readiness,
             interval=self._poll_interval,
         )
@@ -189,7 +202,7 @@ class ImexSupervisor:
 
     async def _on_peers(self, daemons: list[dict[str, Any]]) -> None:
         ident = self.identity
-        mine = [d for d in daemons if d.get("cliqueID") == ident.clique_id]
+        mine = _usable([d for d in daemons if d.get("cliqueID") == ident.clique_id])
         own = next(
             (d for d in mine if (d.get("nodeName") or d.get("name")) == ident.node_name), None
         )
@@ -238,6 +251,25 @@ class ImexSupervisor:
     async def _report_readiness(self, ready: bool, state: str) -> None:
         assert self.membership is not None
         await self.membership.set_status(ready)
+
+
+def _usable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries with an integer index and, when set, a plain IP address. Other daemons (or
+    anyone with write access to the clique) write these; one malformed entry is skipped
+    with a warning instead of stopping this daemon from following its peers."""
+    out = []
+    for d in entries:
+        try:
+            index = d.get("index", 0)
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise ValueError(f"index {index!r} is not an integer")
+            if d.get("ipAddress"):
+                files.check_peer_ip(d["ipAddress"])
+        except ValueError as err:
+            log.warning("ignoring clique entry of %s: %s", d.get("nodeName") or d.get("name"), err)
+            continue
+        out.append(d)
+    return out
 
 
 def _read(path: Path) -> str:

@@ -42,6 +42,7 @@ from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
 from api import featuregates, kube
+from cdi.atomic import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,11 @@ class PluginApp:
 
     async def _start(self) -> None:
         cfg = self.config
-        cfg.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        # Each missing level with an explicit mode: parents=True would follow the umask.
+        make_dirs(cfg.plugin_dir, 0o750)
         if cfg.cdi_root.exists() and not cfg.cdi_root.is_dir():
             raise StartupError(f"--cdi-root {cfg.cdi_root} exists but is not a directory")
-        cfg.cdi_root.mkdir(mode=0o750, parents=True, exist_ok=True)
+        make_dirs(cfg.cdi_root, 0o750)
         channels = ImexChannels.from_proc_devices(cfg.proc_devices)
         source = _nvml_source(cfg)
         fm = cfg.gates.enabled(featuregates.FABRIC_MANAGER_PARTITIONING)
@@ -141,7 +143,8 @@ class PluginApp:
         try:
             await self.slices.reconcile()
         except Exception as err:  # the background loop keeps trying
-            log.warning("publishing the ResourceSlice failed (will retry): %s", err)
+            log.warning("publishing the ResourceSlice failed (will retry): %s",
+                        kube.error_text(err))
         self.slices.start()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._refresh_clique()))
@@ -193,12 +196,17 @@ def _nvml_source(cfg: PluginConfig) -> NvmlSource:
     return PynvmlSource(find_nvml_library(cfg.container_driver_root))
 
 
-async def run(config: PluginConfig) -> int:
-    app = PluginApp(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        loop.add_signal_handler(sig, stop.set)
+async def run(
+    config: PluginConfig, stop: asyncio.Event | None = None, api_client: Any | None = None
+) -> int:
+    """The agent until a stop signal; the exit status. With `stop` given, until it is set
+    and no signal handlers are installed (many agents in one process: the simulated cluster)."""
+    app = PluginApp(config, api_client)
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+            loop.add_signal_handler(sig, stop.set)
     try:
         await app.start()
     except StartupError as err:

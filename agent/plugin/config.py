@@ -7,6 +7,8 @@ systemd unit, and many times over in the simulated cluster against directories o
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,75 +77,80 @@ class PluginConfig:
         return self.imex.host_managed
 
 
-def add_plugin_flags(parser: argparse.ArgumentParser) -> None:
+def add_plugin_flags(
+    parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None
+) -> None:
+    """The agent's flags; their env-var defaults are read from `environ` (None: os.environ),
+    so an agent run in-process (the simulated cluster at scale) gets its own env."""
+    option = functools.partial(env_option, environ=environ)
     opt = parser.add_argument_group("node and cluster")
-    env_option(opt, "--node-name", env=names.ENV_NODE_NAME, required=True,
-               help="the node this agent serves; also the ResourceSlice pool name")
-    env_option(opt, "--namespace", env=names.ENV_NAMESPACE, default="default",
-               help="the driver namespace, where ComputeDomainCliques live")
-    env_option(opt, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
-               help="kubeconfig file; empty means in-cluster configuration")
-    env_option(opt, "--kube-api-qps", env=names.ENV_KUBE_API_QPS, type=float, default=5.0,
-               help="accepted for compatibility with the reference driver")
-    env_option(opt, "--kube-api-burst", env=names.ENV_KUBE_API_BURST, type=int, default=10,
-               help="accepted for compatibility with the reference driver")
-    env_option(opt, "--feature-gates", env=names.ENV_FEATURE_GATES, default="",
-               help="Name=bool,Name=bool")
+    option(opt, "--node-name", env=names.ENV_NODE_NAME, required=True,
+           help="the node this agent serves; also the ResourceSlice pool name")
+    option(opt, "--namespace", env=names.ENV_NAMESPACE, default="default",
+           help="the driver namespace, where ComputeDomainCliques live")
+    option(opt, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
+           help="kubeconfig file; empty means in-cluster configuration")
+    option(opt, "--kube-api-qps", env=names.ENV_KUBE_API_QPS, type=float, default=5.0,
+           help="accepted for compatibility with the reference driver")
+    option(opt, "--kube-api-burst", env=names.ENV_KUBE_API_BURST, type=int, default=10,
+           help="accepted for compatibility with the reference driver")
+    option(opt, "--feature-gates", env=names.ENV_FEATURE_GATES, default="",
+           help="Name=bool,Name=bool")
     paths = parser.add_argument_group("host paths")
-    env_option(paths, "--cdi-root", env=names.ENV_CDI_ROOT, type=Path,
-               default=Path(names.DEFAULT_CDI_ROOT), help="directory for generated CDI specs")
-    env_option(paths, "--nvidia-driver-root", "--host-driver-root",
-               env=(names.ENV_NVIDIA_DRIVER_ROOT, names.ENV_HOST_DRIVER_ROOT), type=Path,
-               default=Path(names.DEFAULT_HOST_DRIVER_ROOT),
-               help="the NVIDIA driver root as the host sees it (/ or /run/nvidia/driver)")
-    env_option(paths, "--container-driver-root", env=names.ENV_CONTAINER_DRIVER_ROOT, type=Path,
-               default=Path(names.DEFAULT_CONTAINER_DRIVER_ROOT),
-               help="where the host driver root is visible to this process")
-    env_option(paths, "--nvidia-cdi-hook-path", env=names.ENV_NVIDIA_CDI_HOOK_PATH, default="",
-               help="host path of nvidia-cdi-hook for the base CDI spec")
-    env_option(paths, "--kubelet-registrar-directory-path",
-               env=names.ENV_KUBELET_REGISTRAR_DIRECTORY_PATH, type=Path,
-               default=Path(names.KUBELET_REGISTRY_DIR), help="kubelet's plugin registry dir")
-    env_option(paths, "--kubelet-plugins-directory-path",
-               env=names.ENV_KUBELET_PLUGINS_DIRECTORY_PATH, type=Path,
-               default=Path(names.KUBELET_PLUGINS_DIR), help="kubelet's plugins dir")
-    env_option(paths, "--proc-devices-path", env=("PROC_DEVICES_PATH",
-                                                  names.ENV_ALT_PROC_DEVICES_PATH),
-               type=Path, default=Path(names.DEFAULT_PROC_DEVICES),
-               help="the /proc/devices file to read device majors from")
-    env_option(paths, "--fabric-imex-mgmt-path", env="FABRIC_IMEX_MGMT_PATH", type=Path,
-               default=Path(names.FABRIC_IMEX_MGMT_CAPABILITY),
-               help="the fabric-imex-mgmt capability file")
-    env_option(paths, "--boot-id-path", env="BOOT_ID_PATH", type=Path,
-               default=Path(names.DEFAULT_BOOT_ID_FILE), help="the kernel boot id file")
-    env_option(paths, "--nvml-source", env="NVML_SOURCE", default="driver",
-               help="'driver' (NVML from the driver root) or 'fixture:PATH' (simulated GPUs)")
+    option(paths, "--cdi-root", env=names.ENV_CDI_ROOT, type=Path,
+           default=Path(names.DEFAULT_CDI_ROOT), help="directory for generated CDI specs")
+    option(paths, "--nvidia-driver-root", "--host-driver-root",
+           env=(names.ENV_NVIDIA_DRIVER_ROOT, names.ENV_HOST_DRIVER_ROOT), type=Path,
+           default=Path(names.DEFAULT_HOST_DRIVER_ROOT),
+           help="the NVIDIA driver root as the host sees it (/ or /run/nvidia/driver)")
+    option(paths, "--container-driver-root", env=names.ENV_CONTAINER_DRIVER_ROOT, type=Path,
+           default=Path(names.DEFAULT_CONTAINER_DRIVER_ROOT),
+           help="where the host driver root is visible to this process")
+    option(paths, "--nvidia-cdi-hook-path", env=names.ENV_NVIDIA_CDI_HOOK_PATH, default="",
+           help="host path of nvidia-cdi-hook for the base CDI spec")
+    option(paths, "--kubelet-registrar-directory-path",
+           env=names.ENV_KUBELET_REGISTRAR_DIRECTORY_PATH, type=Path,
+           default=Path(names.KUBELET_REGISTRY_DIR), help="kubelet's plugin registry dir")
+    option(paths, "--kubelet-plugins-directory-path",
+           env=names.ENV_KUBELET_PLUGINS_DIRECTORY_PATH, type=Path,
+           default=Path(names.KUBELET_PLUGINS_DIR), help="kubelet's plugins dir")
+    option(paths, "--proc-devices-path", env=("PROC_DEVICES_PATH",
+                                              names.ENV_ALT_PROC_DEVICES_PATH),
+           type=Path, default=Path(names.DEFAULT_PROC_DEVICES),
+           help="the /proc/devices file to read device majors from")
+    option(paths, "--fabric-imex-mgmt-path", env="FABRIC_IMEX_MGMT_PATH", type=Path,
+           default=Path(names.FABRIC_IMEX_MGMT_CAPABILITY),
+           help="the fabric-imex-mgmt capability file")
+    option(paths, "--boot-id-path", env="BOOT_ID_PATH", type=Path,
+           default=Path(names.DEFAULT_BOOT_ID_FILE), help="the kernel boot id file")
+    option(paths, "--nvml-source", env="NVML_SOURCE", default="driver",
+           help="'driver' (NVML from the driver root) or 'fixture:PATH' (simulated GPUs)")
     serve = parser.add_argument_group("serving")
-    env_option(serve, "--healthcheck-port", env=names.ENV_HEALTHCHECK_PORT, type=int, default=-1,
-               help="gRPC health port: >0 that port, 0 a free port, <0 disabled")
-    env_option(serve, "--http-endpoint", env=names.ENV_HTTP_ENDPOINT, default="",
-               help="host:port for Prometheus metrics; empty disables")
-    env_option(serve, "--metrics-path", env=names.ENV_METRICS_PATH, default="/metrics",
-               help="HTTP path of the metrics")
-    env_option(serve, "--gpu-clique-label-enabled", env=names.ENV_GPU_CLIQUE_LABEL_ENABLED,
-               type=parse_bool, default=False, help="own the nvidia.com/gpu.clique node label")
-    env_option(serve, "--prepare-timeout", env="PREPARE_TIMEOUT", type=parse_duration,
-               default=40.0, help="how long one Prepare call may wait for the node's IMEX "
-               "daemon before kubelet is told to retry (kubelet gives up at 45s)")
-    env_option(serve, "--clique-refresh-interval", env="CLIQUE_REFRESH_INTERVAL",
-               type=parse_duration, default=600.0, help="how often to re-read the clique ID")
-    env_option(serve, "--cleanup-interval", env="CLEANUP_INTERVAL", type=parse_duration,
-               default=600.0, help="how often to clean stale claims, CDI files and domains")
+    option(serve, "--healthcheck-port", env=names.ENV_HEALTHCHECK_PORT, type=int, default=-1,
+           help="gRPC health port: >0 that port, 0 a free port, <0 disabled")
+    option(serve, "--http-endpoint", env=names.ENV_HTTP_ENDPOINT, default="",
+           help="host:port for Prometheus metrics; empty disables")
+    option(serve, "--metrics-path", env=names.ENV_METRICS_PATH, default="/metrics",
+           help="HTTP path of the metrics")
+    option(serve, "--gpu-clique-label-enabled", env=names.ENV_GPU_CLIQUE_LABEL_ENABLED,
+           type=parse_bool, default=False, help="own the nvidia.com/gpu.clique node label")
+    option(serve, "--prepare-timeout", env="PREPARE_TIMEOUT", type=parse_duration,
+           default=40.0, help="how long one Prepare call may wait for the node's IMEX "
+           "daemon before kubelet is told to retry (kubelet gives up at 45s)")
+    option(serve, "--clique-refresh-interval", env="CLIQUE_REFRESH_INTERVAL",
+           type=parse_duration, default=600.0, help="how often to re-read the clique ID")
+    option(serve, "--cleanup-interval", env="CLEANUP_INTERVAL", type=parse_duration,
+           default=600.0, help="how often to clean stale claims, CDI files and domains")
     imex = parser.add_argument_group("IMEX")
-    env_option(imex, "--imex-mode", env=names.ENV_IMEX_MODE, default="driverManaged",
-               help="driverManaged or hostManaged")
-    env_option(imex, "--imex-isolation", env=names.ENV_IMEX_ISOLATION, default="domain",
-               help="domain (channel is not implemented)")
-    env_option(imex, "--imex-host-socket-path", env=names.ENV_IMEX_HOST_SOCKET_PATH,
-               default=names.DEFAULT_IMEX_HOST_SOCKET,
-               help="host nvidia-imex command socket, inside the driver root (hostManaged)")
-    env_option(imex, "--imex-ctl-chroot", env="IMEX_CTL_CHROOT", type=parse_bool, default=True,
-               help="run nvidia-imex-ctl chrooted into the driver root (hostManaged)")
+    option(imex, "--imex-mode", env=names.ENV_IMEX_MODE, default="driverManaged",
+           help="driverManaged or hostManaged")
+    option(imex, "--imex-isolation", env=names.ENV_IMEX_ISOLATION, default="domain",
+           help="domain (channel is not implemented)")
+    option(imex, "--imex-host-socket-path", env=names.ENV_IMEX_HOST_SOCKET_PATH,
+           default=names.DEFAULT_IMEX_HOST_SOCKET,
+           help="host nvidia-imex command socket, inside the driver root (hostManaged)")
+    option(imex, "--imex-ctl-chroot", env="IMEX_CTL_CHROOT", type=parse_bool, default=True,
+           help="run nvidia-imex-ctl chrooted into the driver root (hostManaged)")
 
 
 def config_from_args(args: argparse.Namespace) -> PluginConfig:

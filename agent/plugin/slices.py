@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
-from api.kube import Informer, call
+from api.kube import Informer, call, error_text
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,10 @@ class SlicePublisher:
             try:
                 await self.reconcile()
             except Exception as err:  # keep serving; the next pass retries
-                log.warning("publishing the ResourceSlice failed: %s", err)
+                log.warning("publishing the ResourceSlice failed: %s", error_text(err))
             self._kick.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self._resync)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races
+                # the event being set, and this loop would never stop.
+                async with asyncio.timeout(self._resync):
+                    await self._kick.wait()

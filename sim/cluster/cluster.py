@@ -13,6 +13,10 @@
   (`SimKubelet`) that runs the daemon pods' `compute-domain-agent daemon run` as processes
   with the fake `nvidia-imex` on PATH, and the agent (`compute-domain-agent plugin`);
 - in host-managed mode, a fake host `nvidia-imex` per node that the admin would run.
+
+With `ClusterSpec(in_process=True)` (scale: hundreds of nodes) the agents, the daemon
+containers and the fake `nvidia-imex` daemons run as tasks of this process instead, on the
+same driver code (`sim.cluster.inprocess`); the controller stays a process.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
 from sim.cluster.claims import ClaimController
 from sim.cluster.hostimex import HostImex
+from sim.cluster.inprocess import InProcessAgent, InProcessHost
 from sim.cluster.kubelet import SimKubelet, container_env
 from sim.cluster.node import NodeHost, node_ip
 from sim.cluster.processes import ManagedProcess, free_port
@@ -78,6 +83,7 @@ class ClusterSpec:
     controller_program: Path = DEFAULT_BIN_DIR / "compute-domain-controller"
     imex_start_delay: float = 0.5  # seconds the fake nvidia-imex takes to become READY
     verbosity: int = 4
+    in_process: bool = False  # agents, daemons and fake IMEX as tasks (scale; see inprocess)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -122,7 +128,7 @@ class SimNode:
     host: NodeHost
     index: int
     kubelet: SimKubelet
-    agent: ManagedProcess
+    agent: ManagedProcess | InProcessAgent
     host_imex: HostImex | None = None
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -155,6 +161,7 @@ class SimCluster:
         self.actors: list[Any] = []
         self.controller_port = 0
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sim")
+        self.in_process = InProcessHost(spec.verbosity) if spec.in_process else None
 
     @property
     def host_managed(self) -> bool:
@@ -187,6 +194,8 @@ class SimCluster:
             )
         await call(manifests.apply, self.admin, self.install_objects())
         install_fake_imex(self.root / "bin")
+        if self.in_process is not None:
+            self.in_process.open()
         await self._start_actors()
         for index, (name, clique) in enumerate(self.spec.layout(), start=1):
             await self._add_node(name, index, clique)
@@ -253,14 +262,18 @@ class SimCluster:
             probe_period_cap=1.0,
             backoff_base=0.5,
             backoff_cap=5.0,
+            executor=self.in_process.executor if self.in_process is not None else None,
         )
         env = self._manifest_env(
             "DaemonSet", f"compute-domain-kubelet-plugin-{name}", name, node_ip(index)
         )
         env[names.ENV_KUBECONFIG] = str(self.kubeconfigs["agent"])
-        agent = ManagedProcess(
-            f"agent-{name}", self._agent_argv(host, node_ip(index)), host.root / "agent.log", env
-        )
+        argv = self._agent_argv(host, node_ip(index))
+        agent: ManagedProcess | InProcessAgent
+        if self.in_process is not None:
+            agent = self.in_process.agent(f"agent-{name}", argv, host.root / "agent.log", env)
+        else:
+            agent = ManagedProcess(f"agent-{name}", argv, host.root / "agent.log", env)
         node = SimNode(host, index, kubelet, agent, labels=labels)
         if self.host_managed:
             node.host_imex = HostImex(host, node_ip(index), self.root / "bin")
@@ -313,6 +326,8 @@ class SimCluster:
             *host.agent_args(self.kubeconfigs["agent"], self.namespace),
             "--gpu-clique-label-enabled", "true",
             "--cleanup-interval", "2s",
+            # kubelet hears why a claim waits (an Event on the pod) after 8 s, not 45 s.
+            "--prepare-timeout", "8s",
             # Every node shares this machine's ports: health on a free one, metrics on
             # the node's own address.
             "--healthcheck-port", "0",
@@ -377,6 +392,9 @@ class SimCluster:
             *(n.kubelet.stop() for n in self.nodes.values()), return_exceptions=True
         )
         await asyncio.gather(*(n.agent.stop() for n in self.nodes.values()), return_exceptions=True)
+        if self.in_process is not None:
+            with contextlib.suppress(Exception):
+                await self.in_process.close()
         await asyncio.gather(
             *(n.host_imex.stop() for n in self.nodes.values() if n.host_imex is not None),
             return_exceptions=True,
@@ -389,7 +407,8 @@ class SimCluster:
             self.server = None
 
     def processes(self) -> list[ManagedProcess]:
-        out = [n.agent for n in self.nodes.values()]
+        """The driver's programs running as processes (in-process agents are not)."""
+        out = [n.agent for n in self.nodes.values() if isinstance(n.agent, ManagedProcess)]
         return out + ([self.controller] if self.controller is not None else [])
 
 

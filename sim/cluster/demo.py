@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -205,6 +206,7 @@ class DemoOptions:
     root: Path | None = None
     timeout: float = 300.0
     agent_program: Path | None = None
+    in_process: bool = False
 
 
 async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoResult:
@@ -218,6 +220,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         "cliques": opts.cliques,
         "mode": opts.mode,
     }
+    spec_kwargs["in_process"] = opts.in_process
     if opts.agent_program is not None:
         spec_kwargs["agent_program"] = opts.agent_program
     cluster = SimCluster(ClusterSpec(**spec_kwargs))
@@ -293,6 +296,9 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
             result.ok = False
             result.leftovers = stray
             result.failed_step = f"stop: {stray[0]}"
+    result.cluster.setdefault("root", str(root))
+    if result.ok and opts.root is None:
+        shutil.rmtree(root, ignore_errors=True)  # a failed run keeps its logs for the user
     return result
 
 
@@ -315,6 +321,8 @@ def render_text(result: DemoResult) -> str:
         )
     for item in result.leftovers:
         lines.append(f"left behind: {item}")
+    if not result.ok and result.cluster.get("root"):
+        lines.append(f"logs: {result.cluster['root']} (controller.log, nodes/*/agent.log, ...)")
     lines.append("PASS" if result.ok else f"FAIL: {result.failed_step}")
     return "\n".join(lines)
 

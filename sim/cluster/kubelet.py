@@ -10,8 +10,9 @@ the real agent through `dra.py` (the same gRPC contract as kubelet):
 - each container's CDI view is written to `<pods_dir>/<namespace>_<pod>/<container>.json`,
   which is what tests and users inspect instead of a real container;
 - containers whose command starts with one of `run_commands_starting_with` (the driver's
-  daemon) run as real processes with probes and restarts; any other container is a
-  workload that counts as running once its claims are prepared;
+  daemon) run with probes and restarts, through a `ContainerExecutor`: real processes by
+  default (`ProcessExecutor`), tasks of this process at scale (`sim.cluster.inprocess`);
+  any other container is a workload that counts as running once its claims are prepared;
 - deletion is graceful: SIGTERM, grace period, SIGKILL, unprepare, then the final
   grace-0 delete that lets the emulator drop the pod.
 
@@ -33,7 +34,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 
@@ -130,6 +131,92 @@ def container_env(
 
 
 # --------------------------------------------------------------------------------------
+# How executed containers run
+
+
+class RunningContainer(Protocol):
+    """A started container's main program."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def signal(self, sig: int) -> None:
+        """Deliver `sig` to the container (all its processes); no-op once it is gone."""
+
+
+class ContainerExecutor(Protocol):
+    """Runs executed containers' commands and exec probes with a given environment."""
+
+    async def start(self, argv: list[str], env: dict[str, str], log_path: Path) -> RunningContainer:
+        """Start `argv` (stdout and stderr appended to `log_path`); OSError if it cannot."""
+        ...
+
+    async def probe(self, argv: list[str], env: dict[str, str], timeout: float) -> bool:
+        """Run an exec probe: True if it exited 0 within `timeout` seconds."""
+        ...
+
+
+def _resolve(argv: list[str], env: Mapping[str, str]) -> list[str]:
+    found = shutil.which(argv[0], path=env.get("PATH"))
+    return [found or argv[0], *argv[1:]]
+
+
+class _ProcessContainer:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    def signal(self, sig: int) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+
+class ProcessExecutor:
+    """The default: each container and each probe is a real process in its own session."""
+
+    async def start(self, argv: list[str], env: dict[str, str], log_path: Path) -> RunningContainer:
+        with log_path.open("ab") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *_resolve(argv, env),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        return _ProcessContainer(proc)
+
+    async def probe(self, argv: list[str], env: dict[str, str], timeout: float) -> bool:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *_resolve(argv, env),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError:
+            return False
+        try:
+            return await asyncio.wait_for(proc.wait(), timeout) == 0
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            return False
+
+
+# --------------------------------------------------------------------------------------
 # One executed container
 
 
@@ -152,7 +239,7 @@ class _Process:
         self.env = env
         self.log_path = log_path
         self.on_change = on_change
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: RunningContainer | None = None
         self.restart_count = 0
         self.started = False
         self.ready = False
@@ -167,25 +254,15 @@ class _Process:
     def _argv(self) -> list[str]:
         return [*(self.spec.get("command") or ()), *(self.spec.get("args") or ())]
 
-    def _resolve(self, argv: list[str]) -> list[str]:
-        found = shutil.which(argv[0], path=self.env.get("PATH"))
-        return [found or argv[0], *argv[1:]]
-
     async def _supervise(self) -> None:
         """Run, wait, restart with backoff (restartPolicy Always) until stopped."""
         failures = 0
         while not self.stopping:
             probes: asyncio.Task[None] | None = None
             try:
-                with self.log_path.open("ab") as out:
-                    self.proc = await asyncio.create_subprocess_exec(
-                        *self._resolve(self._argv()),
-                        env=self.env,
-                        stdin=asyncio.subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=out,
-                        start_new_session=True,
-                    )
+                self.proc = await self.kubelet.executor.start(
+                    self._argv(), self.env, self.log_path
+                )
             except OSError as err:
                 self.proc = None
                 self._set_terminated(128, "StartError", str(err))
@@ -230,24 +307,8 @@ class _Process:
         command = list((probe.get("exec") or {}).get("command") or ())
         if not command:
             return True  # only exec probes are simulated; others count as passing
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._resolve(command),
-                env=self.env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        except OSError:
-            return False
-        try:
-            return await asyncio.wait_for(proc.wait(), float(probe.get("timeoutSeconds", 1))) == 0
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            return False
+        timeout = float(probe.get("timeoutSeconds", 1))
+        return await self.kubelet.executor.probe(command, self.env, timeout)
 
     async def _probe_all(self) -> None:
         """Startup first; then readiness (drives Ready) and liveness (restarts) together."""
@@ -301,8 +362,7 @@ class _Process:
 
     async def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+            self.proc.signal(sig)
 
     async def stop(self, grace: float) -> None:
         """SIGTERM, wait up to `grace` seconds, SIGKILL; no restart afterwards."""
@@ -628,7 +688,8 @@ class SimKubelet:
     kubelet and its containers died together), so tests leave nothing running.
 
     `env_extra` reaches every executed container; `{pod_dir}` in a value becomes the pod's
-    own directory (where its hosts file, logs and views live).
+    own directory (where its hosts file, logs and views live). `executor` runs them
+    (default: real processes).
     """
 
     def __init__(
@@ -648,8 +709,10 @@ class SimKubelet:
         backoff_cap: float = 10.0,
         driver_name: str = names.DRIVER_NAME,
         plugin_poll: float = 0.2,
+        executor: ContainerExecutor | None = None,
     ) -> None:
         self.api = api_client
+        self.executor: ContainerExecutor = executor or ProcessExecutor()
         self.core = client.CoreV1Api(api_client)
         self.resource = client.ResourceV1Api(api_client)
         self.node_name = node_name
@@ -671,7 +734,7 @@ class SimKubelet:
         self._watcher_task: asyncio.Task[None] | None = None
 
     def executes(self, container: Mapping[str, Any]) -> bool:
-        """Whether a container runs as a real process (the driver's daemon) or is simulated."""
+        """Whether a container is executed (the driver's daemon) or only simulated."""
         command = list(container.get("command") or ())
         return bool(command) and Path(command[0]).name.startswith(self.run_commands)
 

@@ -234,7 +234,10 @@ class Scheduler:
             except Exception:
                 log.exception("scheduling round failed; retrying")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._retry)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races
+                # the event being set, and this loop would never stop.
+                async with asyncio.timeout(self._retry):
+                    await self._wake.wait()
 
     async def schedule_pending(self) -> None:
         """One pass over pending pods, in name order."""

@@ -376,7 +376,10 @@ class _Controller:
         loop = asyncio.get_running_loop()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._resync)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races
+                # the event being set, and this loop would never stop.
+                async with asyncio.timeout(self._resync):
+                    await self._wake.wait()
             if not self._wake.is_set():
                 self._enqueue_all()  # resync
             self._wake.clear()

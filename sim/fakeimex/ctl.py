@@ -17,7 +17,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from api.names import IMEX_CMD_PORT
 from sim.fakeimex.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
@@ -41,7 +41,7 @@ class Target:
         return f"unix socket {self.unix}" if self.unix else f"{self.host}:{self.port}"
 
 
-def _parser() -> argparse.ArgumentParser:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nvidia-imex-ctl",
         description="Fake NVIDIA IMEX control tool (simulation).",
@@ -147,40 +147,69 @@ def _without_hostnames(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, "nodes": nodes}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def parse(argv: list[str] | None, parser: argparse.ArgumentParser | None = None) -> Any:
+    """The parsed command line (`parser`: a reusable `make_parser()`; argparse exits 2 on
+    usage errors)."""
+    return (parser or make_parser()).parse_args(argv)
+
+
+def target_of(args: Any, err: TextIO) -> tuple[Target, str] | int:
+    """(where to ask, what to ask) for parsed `args`, or the exit status of a usage or
+    config error, reported on `err`."""
     if args.action not in ("q", "N"):
-        print(f"nvidia-imex-ctl: -{args.action} is not implemented by the fake", file=sys.stderr)
+        print(f"nvidia-imex-ctl: -{args.action} is not implemented by the fake", file=err)
         return EXIT_USAGE
     try:
         target = resolve_target(config=args.config, ip=args.ip, unix=args.unix, port=args.port)
     except ConfigError as exc:
-        print(f"nvidia-imex-ctl: {exc}", file=sys.stderr)
+        print(f"nvidia-imex-ctl: {exc}", file=err)
         return EXIT_CONFIG
     except ValueError as exc:
-        print(f"nvidia-imex-ctl: {exc}", file=sys.stderr)
+        print(f"nvidia-imex-ctl: {exc}", file=err)
         return EXIT_USAGE
-    command = CMD_QUERY if args.action == "q" else CMD_NODES
+    return target, CMD_QUERY if args.action == "q" else CMD_NODES
+
+
+def unreachable(target: Target, exc: Exception, err: TextIO) -> int:
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    print(
+        f"nvidia-imex-ctl: cannot connect to the IMEX daemon command service at "
+        f"{target}: {reason}",
+        file=err,
+    )
+    return EXIT_UNREACHABLE
+
+
+def answer(args: Any, response: dict[str, Any], out: TextIO, err: TextIO) -> int:
+    """Print the daemon's `response` as the command line asked; the exit status."""
+    if "error" in response:
+        print(f"nvidia-imex-ctl: daemon error: {response['error']}", file=err)
+        return EXIT_UNREACHABLE
+    if args.action == "q":
+        print(response["state"], file=out)
+    elif args.json:
+        doc = response if args.hostnames else _without_hostnames(response)
+        print(json.dumps(doc, indent=4), file=out)
+    else:
+        print(render_nodes(response), file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The program: parse, resolve the target, one blocking exchange, print.
+
+    (`sim.cluster.inprocess` runs the same steps with an asyncio exchange instead.)
+    """
+    args = parse(argv)
+    planned = target_of(args, sys.stderr)
+    if isinstance(planned, int):
+        return planned
+    target, command = planned
     try:
         response = request(target, command, args.timeout / 1000)
     except (OSError, ProtocolError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        print(
-            f"nvidia-imex-ctl: cannot connect to the IMEX daemon command service at "
-            f"{target}: {reason}",
-            file=sys.stderr,
-        )
-        return EXIT_UNREACHABLE
-    if "error" in response:
-        print(f"nvidia-imex-ctl: daemon error: {response['error']}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    if args.action == "q":
-        print(response["state"])
-    elif args.json:
-        print(json.dumps(response if args.hostnames else _without_hostnames(response), indent=4))
-    else:
-        print(render_nodes(response))
-    return 0
+        return unreachable(target, exc, sys.stderr)
+    return answer(args, response, sys.stdout, sys.stderr)
 
 
 if __name__ == "__main__":

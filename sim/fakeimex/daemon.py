@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -31,10 +32,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_log(cfg: ImexConfig) -> TextIO:
+def _open_log(cfg: ImexConfig, stderr: TextIO) -> TextIO:
     """LOG_FILE_NAME empty (the driver's template) means stderr."""
     if not cfg.log_file_name:
-        return sys.stderr
+        return stderr
     return Path(cfg.log_file_name).open("a" if cfg.log_append else "w")
 
 
@@ -51,25 +52,39 @@ def _early_stop(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _early_stop)
+def build(
+    argv: list[str] | None, env: Mapping[str, str], stderr: TextIO, *, can_fork: bool = True
+) -> FakeImex | int:
+    """The daemon `argv` and `env` describe, logging to `stderr`; or the exit status of a
+    start-up failure. `can_fork=False` (in-process, `sim.cluster.inprocess`) refuses
+    DAEMONIZE=1 instead of forking."""
     args = _parser().parse_args(argv)
-    boot_log = ImexLog(sys.stderr)
+    boot_log = ImexLog(stderr)
     try:
         cfg = load_config(Path(args.config))
-        knobs = Knobs.from_env(os.environ)
+        knobs = Knobs.from_env(env)
     except (ConfigError, ValueError) as exc:
         boot_log.fatal(str(exc))
         return 1
     try:
-        log = ImexLog(_open_log(cfg), cfg.log_level)
+        log = ImexLog(_open_log(cfg, stderr), cfg.log_level)
     except OSError as exc:
         boot_log.fatal(f"Cannot open log file {cfg.log_file_name}: {exc.strerror}")
         return 1
     if cfg.daemonize:
+        if not can_fork:
+            boot_log.fatal("DAEMONIZE=1 is not supported by an in-process daemon")
+            return 1
         _daemonize()
     version = knobs.version or (NOGPU_VERSION if args.nogpu else DEFAULT_VERSION)
-    daemon = FakeImex(cfg, knobs, log, version=version, server_port=args.port or cfg.server_port)
+    return FakeImex(cfg, knobs, log, version=version, server_port=args.port or cfg.server_port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _early_stop)
+    daemon = build(argv, os.environ, sys.stderr)
+    if isinstance(daemon, int):
+        return daemon
     return asyncio.run(daemon.run())
 
 

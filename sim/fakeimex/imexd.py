@@ -5,6 +5,11 @@ nodes config only at start (SIGUSR1 re-resolves names through the hosts file and
 outgoing connections, at most once per reload interval, but never changes the node map or our
 node ID), serves the command service only with IMEX_CMD_ENABLED=1, exits 0 on SIGTERM after
 telling peers, and dies uncleanly when told to crash. One asyncio loop does it all.
+
+In-process (`sim.cluster.inprocess`, many daemons on one loop) the process boundary is
+replaced: `run(signals=False)` installs no signal handlers and `deliver(sig)` stands for
+kill(2); the scripted crash calls the `exit_now` hook instead of os._exit; `abort()` is
+what SIGKILL does to the sockets.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from sim.fakeimex.config import ConfigError, ImexConfig
 from sim.fakeimex.domain import Link, nodes_report, view_domain_state
@@ -42,9 +47,17 @@ class FakeImex:
     """One daemon: config and knobs in, a serving process until a stop signal or a crash."""
 
     def __init__(
-        self, cfg: ImexConfig, knobs: Knobs, log: ImexLog, *, version: str, server_port: int
+        self,
+        cfg: ImexConfig,
+        knobs: Knobs,
+        log: ImexLog,
+        *,
+        version: str,
+        server_port: int,
+        exit_now: Callable[[int], object] = os._exit,
     ) -> None:
         self.cfg = cfg
+        self.exit_now = exit_now
         self.knobs = knobs
         self.log = log
         self.version = version
@@ -72,13 +85,15 @@ class FakeImex:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT/SIGQUIT (0) or a start-up failure (1)."""
+    async def run(self, *, signals: bool = True) -> int:
+        """Serve until SIGTERM/SIGINT/SIGQUIT (0) or a start-up failure (1). With
+        `signals=False` nothing is installed: signals come through `deliver`."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-            loop.add_signal_handler(sig, self._on_stop_signal, sig)
-        loop.add_signal_handler(signal.SIGUSR1, self._on_usr1)
-        loop.add_signal_handler(signal.SIGHUP, self._on_hup)
+        if signals:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+                loop.add_signal_handler(sig, self._on_stop_signal, sig)
+            loop.add_signal_handler(signal.SIGUSR1, self._on_usr1)
+            loop.add_signal_handler(signal.SIGHUP, self._on_hup)
         if self.knobs.crash_after is not None:
             self._spawn(self._crash_later(self.knobs.crash_after))
         self._publish()
@@ -248,13 +263,13 @@ class FakeImex:
         await asyncio.sleep(self.knobs.start_delay)
         self._set_state(DaemonState.READY)
 
-    async def _crash_later(self, after: float) -> NoReturn:
+    async def _crash_later(self, after: float) -> None:
         await asyncio.sleep(after)
         code = self.knobs.exit_code
         self.log.fatal(
             f"Simulated crash after {after:g}s (FAKE_IMEX_CRASH_AFTER), exit status {code}"
         )
-        os._exit(code)  # no clean-up, like a real crash: peers see the sockets reset
+        self.exit_now(code)  # no clean-up, like a real crash: peers see the sockets reset
 
     async def _close(self) -> None:
         """Tell peers we leave, stop serving, cancel every task, remove the unix socket."""
@@ -287,7 +302,38 @@ class FakeImex:
         if not task.cancelled() and task.exception() is not None:
             self.log.error(f"Internal error: {task.exception()!r}")
 
+    def listening(self) -> list[tuple[str, int]]:
+        """(address, port) of every TCP socket it listens on (what a stray search sees)."""
+        found = []
+        for server in self._servers:
+            for sock in server.sockets:
+                name = sock.getsockname()
+                if isinstance(name, tuple):
+                    found.append((str(name[0]), int(name[1])))
+        return found
+
+    def abort(self) -> None:
+        """What SIGKILL does to an in-process daemon: listeners and connections drop at
+        once (peers see resets, no goodbye), every task is cancelled, files stay."""
+        for server in self._servers:
+            server.close()
+        if self.peering is not None:
+            self.peering.stopping = True
+            for writer in list(self.peering.conns):
+                writer.transport.abort()
+        for task in list(self._tasks):
+            task.cancel()
+
     # --- signals -----------------------------------------------------------------------
+
+    def deliver(self, sig: int) -> None:
+        """A signal sent to an in-process daemon (what its handlers would do)."""
+        if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            self._on_stop_signal(signal.Signals(sig))
+        elif sig == signal.SIGUSR1:
+            self._on_usr1()
+        elif sig == signal.SIGHUP:
+            self._on_hup()
 
     def _on_stop_signal(self, sig: signal.Signals) -> None:
         if not self._stop.is_set():

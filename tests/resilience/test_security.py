@@ -82,8 +82,6 @@ def test_sockets_state_and_specs_are_not_world_writable(
         assert agent.terminate() == 0
 
 
-@pytest.mark.xfail(reason="agent/plugin/app.py PluginApp._start creates a missing parent of "
-                   "the plugin dir with mkdir(parents=True): mode 0777 less the umask")
 def test_a_missing_kubelet_plugins_dir_is_not_created_world_writable(
     apiserver, cluster, short_dir, tmp_path, permissive_umask
 ):
@@ -263,9 +261,6 @@ def test_the_shipped_rbac_is_enough_and_a_missing_verb_is_named(secured, short_d
         assert agent.terminate() == 0
 
 
-@pytest.mark.xfail(reason="agent/plugin/app.py PluginApp._start and agent/plugin/slices.py "
-                   "SlicePublisher log str(ApiException): '(403)' then the headers and body "
-                   "on further lines, instead of api.kube.error_text(err)")
 def test_a_missing_resourceslice_create_is_named_in_the_log(secured, short_dir, tmp_path):
     thread, admin = secured
     node = RbacNode(short_dir / "n")
