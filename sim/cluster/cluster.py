@@ -49,7 +49,7 @@ from sim.cluster.claims import ClaimController
 from sim.cluster.hostimex import HostImex
 from sim.cluster.inprocess import InProcessAgent, InProcessHost
 from sim.cluster.kubelet import SimKubelet, container_env
-from sim.cluster.node import NodeHost, node_ip
+from sim.cluster.node import NodeHost, node_ip, random_network
 from sim.cluster.processes import ManagedProcess, free_port
 from sim.cluster.scheduler import Scheduler
 from sim.cluster.workloads import DaemonSetController, JobController
@@ -84,6 +84,7 @@ class ClusterSpec:
     imex_start_delay: float = 0.5  # seconds the fake nvidia-imex takes to become READY
     verbosity: int = 4
     in_process: bool = False  # agents, daemons and fake IMEX as tasks (scale; see inprocess)
+    network: str | None = None  # the nodes' 127.A.B.N addresses; default: a random 127.A.B
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -91,7 +92,7 @@ class ClusterSpec:
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1 (got {self.nodes})")
         if self.nodes + self.non_fabric > 254:
-            raise ValueError("at most 254 nodes (one 127.0.1.N address each)")
+            raise ValueError("at most 254 nodes (one 127.A.B.N address each)")
         if self.non_fabric < 0:
             raise ValueError(f"non_fabric must not be negative (got {self.non_fabric})")
         cliques = self.clique_count
@@ -129,16 +130,13 @@ class SimNode:
     index: int
     kubelet: SimKubelet
     agent: ManagedProcess | InProcessAgent
+    ip: str
     host_imex: HostImex | None = None
     labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.host.name
-
-    @property
-    def ip(self) -> str:
-        return node_ip(self.index)
 
 
 class SimCluster:
@@ -148,6 +146,7 @@ class SimCluster:
         spec.validate()
         self.spec = spec
         self.root = Path(spec.root)
+        self.network = spec.network or random_network()
         self.objects = manifests.render(manifests.overlay_path(spec.mode))
         self.namespace = _single(self.objects, "Namespace")["metadata"]["name"]
         self.accounts = _service_accounts(self.objects)
@@ -235,6 +234,7 @@ class SimCluster:
 
     async def _add_node(self, name: str, index: int, clique: int | None) -> None:
         assert self.admin is not None
+        ip = node_ip(index, self.network)
         host = NodeHost(self.root / "nodes" / name, name, clique)
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
         if clique is not None:
@@ -243,7 +243,7 @@ class SimCluster:
             "metadata": {"name": name, "labels": labels},
             "status": {
                 "addresses": [
-                    {"type": "InternalIP", "address": node_ip(index)},
+                    {"type": "InternalIP", "address": ip},
                     {"type": "Hostname", "address": name},
                 ],
                 "conditions": [{"type": "Ready", "status": "True"}],
@@ -256,7 +256,7 @@ class SimCluster:
             registry_dir=host.root / "registry",
             cdi_dirs=[host.cdi_dir],
             pods_dir=host.pods_dir,
-            pod_ip=node_ip(index),
+            pod_ip=ip,
             env_extra=self._daemon_env(),
             path_extra=[self.root / "bin", Path(self.spec.agent_program).parent],
             probe_period_cap=1.0,
@@ -265,18 +265,18 @@ class SimCluster:
             executor=self.in_process.executor if self.in_process is not None else None,
         )
         env = self._manifest_env(
-            "DaemonSet", f"compute-domain-kubelet-plugin-{name}", name, node_ip(index)
+            "DaemonSet", f"compute-domain-kubelet-plugin-{name}", name, ip
         )
         env[names.ENV_KUBECONFIG] = str(self.kubeconfigs["agent"])
-        argv = self._agent_argv(host, node_ip(index))
+        argv = self._agent_argv(host, ip)
         agent: ManagedProcess | InProcessAgent
         if self.in_process is not None:
             agent = self.in_process.agent(f"agent-{name}", argv, host.root / "agent.log", env)
         else:
             agent = ManagedProcess(f"agent-{name}", argv, host.root / "agent.log", env)
-        node = SimNode(host, index, kubelet, agent, labels=labels)
+        node = SimNode(host, index, kubelet, agent, ip, labels=labels)
         if self.host_managed:
-            node.host_imex = HostImex(host, node_ip(index), self.root / "bin")
+            node.host_imex = HostImex(host, ip, self.root / "bin")
         self.nodes[name] = node
         kubelet.start()
         if node.host_imex is not None:
@@ -285,7 +285,7 @@ class SimCluster:
     def _clique_peers(self, clique: int | None) -> list[str]:
         """Addresses of the fabric nodes of `clique` (the host IMEX nodes config)."""
         return [
-            node_ip(i)
+            node_ip(i, self.network)
             for i, (_, c) in enumerate(self.spec.layout(), start=1)
             if c is not None and c == clique
         ]

@@ -3,13 +3,14 @@
 A real node gives the agent kubelet's plugin and registry directories, a CDI root, the
 driver root with `/proc/devices`, the fabric management capability, a boot ID and NVML;
 here each lives under the node's own root directory, so many nodes share one machine
-without seeing each other. Each node also gets its own loopback address (127.0.1.N: all of
+without seeing each other. Each node also gets its own loopback address (127.A.B.N: all of
 127/8 reaches `lo` on Linux without configuration) that its daemon pods use as pod IP.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +36,18 @@ def clique_id(clique: int | None) -> str:
     return "" if clique is None else f"{CLUSTER_UUID}.{clique}"
 
 
-def node_ip(index: int) -> str:
-    """127.0.1.N for node index N (1-based; 254 nodes at most)."""
+def node_ip(index: int, network: str = "127.0.1") -> str:
+    """`<network>.N` for node index N (1-based; 254 nodes at most)."""
     if not 1 <= index <= 254:
-        raise ValueError(f"node index {index} out of range 1-254 (one 127.0.1.N address each)")
-    return f"127.0.1.{index}"
+        raise ValueError(f"node index {index} out of range 1-254 (one {network}.N address each)")
+    return f"{network}.{index}"
+
+
+def random_network(rng: random.Random | None = None) -> str:
+    """A loopback /24 of its own (127.A.B), so simulated clusters running side by side on
+    one machine (two test runs, a demo next to `up`) never bind the same address and port."""
+    r = rng or random.SystemRandom()
+    return f"127.{r.randint(2, 254)}.{r.randint(0, 255)}"
 
 
 def nvml_fixture(node: str, clique: int | None, gpus: int = GPUS_PER_NODE) -> dict[str, Any]:
