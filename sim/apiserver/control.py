@@ -33,9 +33,18 @@ class Stats:
 
     requests: dict[str, int] = field(default_factory=dict)
     conflicts: int = 0
+    # user name -> verb -> count ("conflict" counts 409s): who made the writes.
+    by_user: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def count(self, verb: str) -> None:
+    def count(self, verb: str, user: str = "") -> None:
         self.requests[verb] = self.requests.get(verb, 0) + 1
+        mine = self.by_user.setdefault(user, {})
+        mine[verb] = mine.get(verb, 0) + 1
+
+    def conflict(self, user: str = "") -> None:
+        self.conflicts += 1
+        mine = self.by_user.setdefault(user, {})
+        mine["conflict"] = mine.get("conflict", 0) + 1
 
 
 def control(
@@ -67,6 +76,7 @@ def control(
             {
                 "requests": stats.requests,
                 "conflicts": stats.conflicts,
+                "byUser": stats.by_user,
                 "resourceVersion": store.resource_version,
                 "watches": store.watcher_count,
             }

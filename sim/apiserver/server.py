@@ -271,7 +271,7 @@ class ApiServer:
             return target
         await self._inject_faults()
         self._authorize_resource(request, user, target)
-        return await self._serve(request, target)
+        return await self._serve(request, target, user.name if user is not None else "")
 
     def _discovery_or_target(
         self, request: web.Request, parts: list[str], user: UserInfo | None
@@ -392,15 +392,15 @@ class ApiServer:
 
     # --- resource verbs ----------------------------------------------------------------
 
-    async def _serve(self, request: web.Request, t: Target) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, t: Target, who: str = "") -> web.StreamResponse:
         method, q = request.method, request.query
         dry_run = "All" in q.getall("dryRun", [])
         if method == "GET":
             if t.name and not t.watch:
-                self.stats.count("get")
+                self.stats.count("get", who)
                 return self._respond_object(request, t.info, self._get(t))
             if t.watch or q.get("watch") in ("true", "1"):
-                self.stats.count("watch")
+                self.stats.count("watch", who)
                 return await watch_stream(
                     request,
                     t,
@@ -409,7 +409,7 @@ class ApiServer:
                     watch_timeout=self._watch_timeout,
                     bookmark_interval=lambda: self._bookmark_interval,
                 )
-            self.stats.count("list")
+            self.stats.count("list", who)
             return list_response(request, t, self.store)
         body = await self._body(request) if method in ("POST", "PUT", "PATCH", "DELETE") else None
         directive = q.get("fieldValidation", "Warn") or "Warn"
@@ -419,12 +419,12 @@ class ApiServer:
             )
         opts = AdmitOptions(field_validation=directive)
         if method == "POST" and not t.name:
-            self.stats.count("create")
+            self.stats.count("create", who)
             created = self.lifecycle.create(t.info, t.namespace, body, dry_run=dry_run, opts=opts)
             return self._respond_object(request, t.info, created, 201, opts.warnings)
         if method == "POST" and t.subresource == "binding":
-            self.stats.count("create")
-            bound = self._counting_conflicts(lambda: self._bind(t, body))
+            self.stats.count("create", who)
+            bound = self._counting_conflicts(lambda: self._bind(t, body), who)
             return self._json(
                 {
                     "kind": "Status",
@@ -437,7 +437,7 @@ class ApiServer:
                 201,
             )
         if method == "PUT" and t.name:
-            self.stats.count("update")
+            self.stats.count("update", who)
             updated = self._counting_conflicts(
                 lambda: self.lifecycle.update(
                     t.info,
@@ -447,20 +447,23 @@ class ApiServer:
                     subresource=t.subresource,
                     dry_run=dry_run,
                     opts=opts,
-                )
+                ),
+                who,
             )
             return self._respond_object(request, t.info, updated, 200, opts.warnings)
         if method == "PATCH" and t.name:
-            self.stats.count("patch")
-            patched = self._counting_conflicts(lambda: self._patch(request, t, body, dry_run, opts))
+            self.stats.count("patch", who)
+            patched = self._counting_conflicts(
+                lambda: self._patch(request, t, body, dry_run, opts), who
+            )
             return self._respond_object(request, t.info, patched, 200, opts.warnings)
         if method == "DELETE" and t.name:
-            self.stats.count("delete")
+            self.stats.count("delete", who)
             delete_opts = self._delete_options(request, body if isinstance(body, dict) else None)
             obj, _ = self.lifecycle.delete(t.info, t.namespace, t.name, delete_opts)
             return self._respond_object(request, t.info, obj)
         if method == "DELETE":
-            self.stats.count("deletecollection")
+            self.stats.count("deletecollection", who)
             return self._delete_collection(request, t)
         raise errors.ApiError(
             405,
@@ -468,12 +471,12 @@ class ApiServer:
             "the server does not allow this method on the requested resource",
         )
 
-    def _counting_conflicts(self, fn: Callable[[], Obj]) -> Obj:
+    def _counting_conflicts(self, fn: Callable[[], Obj], who: str = "") -> Obj:
         try:
             return fn()
         except ApiError as err:
             if err.code == 409:
-                self.stats.conflicts += 1
+                self.stats.conflict(who)
             raise
 
     async def _body(self, request: web.Request) -> Any:

@@ -215,7 +215,7 @@ async def _at_least(check: Callable[[], Awaitable[list[Any]]], n: int) -> list[A
 
 
 FAKE_DAEMON = """#!/bin/sh
-env > "$OUT/env"
+env > "$OUT/env.tmp" && mv "$OUT/env.tmp" "$OUT/env"  # whole, never half-written
 echo start >> "$OUT/starts"
 trap 'echo term >> "$OUT/terms"; exit 0' TERM
 while true; do sleep 0.05; done

@@ -1,0 +1,35 @@
+"""`/_sim/stats` counts requests and 409 conflicts per user, so benchmarks can tell whose
+writes a flow cost (the controller's, the agents', the daemons')."""
+
+import json
+import urllib.request
+
+import pytest
+from kubernetes import client
+
+from sim.apiserver.authn import TokenAuthenticator
+from sim.apiserver.runner import ServerThread
+
+
+def test_writes_and_conflicts_are_counted_per_user() -> None:
+    auth = TokenAuthenticator()
+    auth.add_admin("admin")
+    auth.add_user("other", "alice", ["system:masters"])
+    thread = ServerThread(authenticator=auth).start()
+    try:
+        admin = client.CoreV1Api(thread.api_client("admin"))
+        other = client.CoreV1Api(thread.api_client("other"))
+        cm = admin.create_namespaced_config_map("default", {"metadata": {"name": "a"}})
+        changed = client.V1ConfigMap(metadata=cm.metadata, data={"k": "v"})
+        admin.replace_namespaced_config_map("a", "default", changed)
+        with pytest.raises(client.ApiException) as err:
+            other.replace_namespaced_config_map("a", "default", cm)  # stale: a 409
+        assert err.value.status == 409
+        other.list_namespaced_config_map("default")
+        with urllib.request.urlopen(f"{thread.url}/_sim/stats") as response:
+            stats = json.loads(response.read())
+        assert stats["byUser"]["kubernetes-admin"] == {"create": 1, "update": 1}
+        assert stats["byUser"]["alice"] == {"update": 1, "conflict": 1, "list": 1}
+        assert stats["conflicts"] == 1
+    finally:
+        thread.close()

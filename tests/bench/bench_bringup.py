@@ -1,0 +1,130 @@
+"""Time to ready of a driver-managed ComputeDomain of 18, 72 and 144 nodes (1, 4, 8 cliques).
+
+The simulated cluster in in-process mode (one process: the node agents, the IMEX daemon
+containers and the fake `nvidia-imex`, whose start takes 0.5 s; the controller is its own
+process). One workload pod per node, all in one ComputeDomain. Reported: the time from the
+workload claims being allocated to every workload container seeing its channel, and the
+driver's API writes and 409 conflicts per daemon join, beside the reference driver's
+published figures for the same shapes.
+
+    python tests/bench/bench_bringup.py [--shapes 18:1,72:4,144:8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from results import write_section  # noqa: E402
+
+from sim.cluster.cluster import ClusterSpec, SimCluster  # noqa: E402
+from sim.cluster.demo import create_objects, delete_objects, wait_clean, wait_ready  # noqa: E402
+from sim.cluster.evidence import EvidenceChain  # noqa: E402
+from sim.cluster.example import NAMESPACE, builtin  # noqa: E402
+
+REFERENCE = {18: "~20 s", 72: "~63 s", 144: "not reported"}
+WRITES = ("create", "update", "patch", "delete")
+
+
+def stats(url: str) -> dict:
+    with urllib.request.urlopen(f"{url}/_sim/stats") as response:
+        return json.loads(response.read())
+
+
+def driver_counts(before: dict, after: dict, accounts: dict[str, str], ns: str) -> dict:
+    """role -> (writes, conflicts) between two stats snapshots."""
+    out = {}
+    for role, account in accounts.items():
+        user = f"system:serviceaccount:{ns}:{account}"
+        a, b = before["byUser"].get(user, {}), after["byUser"].get(user, {})
+        writes = sum(b.get(v, 0) - a.get(v, 0) for v in WRITES)
+        out[role] = (writes, b.get("conflict", 0) - a.get("conflict", 0))
+    return out
+
+
+async def one(nodes: int, cliques: int, timeout: float) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="cd-bench-", dir="/tmp"))
+    spec = ClusterSpec(
+        root=root, nodes=nodes, cliques=cliques, in_process=True, imex_start_delay=0.5,
+        verbosity=1,
+    )  # fmt: skip
+    cluster = SimCluster(spec)
+    try:
+        started = time.perf_counter()
+        await cluster.start()
+        start_s = time.perf_counter() - started
+        objects = builtin(None, nodes, name="bench")
+        before = stats(cluster.url)
+        await create_objects(cluster.admin, objects)
+        chain = EvidenceChain(
+            NAMESPACE, "bench", driver_namespace=cluster.namespace, host_managed=False,
+            node_roots={n: node.host.root for n, node in cluster.nodes.items()},
+        )  # fmt: skip
+        await wait_ready(cluster, [chain], timeout)
+        after = stats(cluster.url)
+        rss = psutil.Process().memory_info().rss / 2**20
+        allocated = chain.link("allocation").done_at or 0.0
+        ready = chain.link("device").done_at or 0.0
+        counts = driver_counts(before, after, cluster.accounts, cluster.namespace)
+        await delete_objects(cluster.admin, objects)
+        left = await wait_clean(cluster, [chain.uid], [NAMESPACE], 120)
+        return {
+            "start": start_s, "allocated": allocated, "ready": ready, "counts": counts,
+            "rss": rss, "clean": not left,
+        }  # fmt: skip
+    finally:
+        await cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    for shape in args.shapes.split(","):
+        nodes, cliques = (int(x) for x in shape.split(":"))
+        r = asyncio.run(one(nodes, cliques, args.timeout))
+        label = f"{nodes} nodes / {cliques} clique{'s' if cliques > 1 else ''}"
+        writes = {role: w for role, (w, _) in r["counts"].items()}
+        conflicts = sum(c for _, c in r["counts"].values())
+        rows += [
+            (f"{label}: allocated -> every container sees its channel",
+             f"{r['ready'] - r['allocated']:.1f} s (reference: {REFERENCE.get(nodes, '-')})"),
+            (f"{label}: CD created -> ready", f"{r['ready']:.1f} s"),
+            (f"{label}: driver API writes per daemon join",
+             f"{sum(writes.values()) / nodes:.1f} (agent {writes.get('agent', 0) / nodes:.1f}, "
+             f"daemon {writes.get('daemon', 0) / nodes:.1f}, "
+             f"controller {writes.get('controller', 0) / nodes:.1f})"),
+            (f"{label}: 409 conflicts per daemon join", f"{conflicts / nodes:.2f}"),
+            (f"{label}: sim process RSS / cleanup", f"{r['rss']:.0f} MiB / "
+             f"{'nothing left' if r['clean'] else 'LEFTOVERS'}"),
+        ]  # fmt: skip
+        print(rows[-5:], flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shapes", default="18:1,72:4,144:8")
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args()
+    note = (
+        "In-process simulated cluster, fake nvidia-imex start 0.5 s. Reference figures: "
+        "reference users.md section 2 (8 min for 256 pods)."
+    )
+    print(write_section("Time to ready (driver-managed, in-process)", run(args), note))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
