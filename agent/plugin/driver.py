@@ -22,7 +22,14 @@ from typing import Any, Protocol
 
 from agent.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, PreparedDevice, PreparedGroup
 from agent.plugin.claimconfig import Group, groups_for, parse_device
-from agent.plugin.errors import ClaimError, NotReadyError, PermanentError, RetryableError
+from agent.plugin.errors import (
+    STILL_RETRYING,
+    STILL_WAITING,
+    ClaimError,
+    NotReadyError,
+    PermanentError,
+    RetryableError,
+)
 from agent.plugin.grpcserver import ClaimRef, PreparedDeviceResult, PrepareResult, RpcError
 from agent.plugin.metrics import PluginMetrics
 from agent.plugin.nodelock import NodeLock
@@ -128,7 +135,7 @@ class Driver:
         deadline = loop.time() + self._s.prepare_window_s
         results = await asyncio.gather(*(self._prepare_until(ref, claim, deadline)
                                          for ref, claim in zip(valid, claims, strict=True)))
-        out.update({ref.uid: r for ref, r in zip(valid, results, strict=True) if r is not None})
+        out.update({ref.uid: r for ref, r in zip(valid, results, strict=True)})
         return out
 
     def _ref_problem(self, ref: ClaimRef) -> str:
@@ -157,31 +164,31 @@ class Driver:
                 log.error("unprepare: %s", problem)
                 out[ref.uid] = problem
                 continue
-            error = await self._retry(lambda r=ref: self._unprepare_once(r), deadline, str(ref))
-            if error is not None:
-                out[ref.uid] = error
+            out[ref.uid] = await self._retry(
+                lambda r=ref: self._unprepare_once(r), deadline, str(ref))
         return out
 
     # --- retry loop --------------------------------------------------------------------
 
     async def _prepare_until(self, ref: ClaimRef, claim: dict[str, Any], deadline: float
-                             ) -> PrepareResult | None:
+                             ) -> PrepareResult:
         devices: list[PreparedDeviceResult] = []
 
         async def once() -> None:
             devices[:] = await self._prepare_once(ref, claim)
 
         error = await self._retry(once, deadline, str(ref))
-        if error is None:
-            return None
         if error:
             return PrepareResult(error=error)
         return PrepareResult(devices=tuple(devices))
 
     async def _retry(self, step: Callable[[], Awaitable[None]], deadline: float, what: str
-                     ) -> str | None:
-        """'' on success, the message of a permanent error, None if still retrying at the
-        deadline (the claim is then left out of the response and kubelet calls again)."""
+                     ) -> str:
+        """'' on success, else the error for kubelet: a permanent one, or why the claim is
+        still waiting when the deadline comes. The reference leaves a waiting claim out of
+        the response instead, so kubelet only ever says "skipped 1 ResourceClaims"; the
+        reason in the error reaches the pod's Events (`kubectl describe pod`), and kubelet
+        retries an error exactly as it retries a skipped claim."""
         loop = asyncio.get_running_loop()
         delay = 0.05
         while True:
@@ -195,14 +202,14 @@ class Driver:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     log.info("%s: still waiting at the end of this call: %s", what, err)
-                    return None
+                    return f"{STILL_WAITING}: {err}"
                 # A resync as safety net: re-check at least every 5 s even without events.
                 await self._cluster.wait_for_change(err.since, min(remaining, 5.0))
             except RetryableError as err:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     log.warning("%s: giving up for this call: %s", what, err)
-                    return None
+                    return f"{STILL_RETRYING}: {err}"
                 log.info("%s: %s (retrying)", what, err)
                 await asyncio.sleep(min(delay, remaining))
                 delay = min(delay * 2, 2.0)

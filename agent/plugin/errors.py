@@ -1,8 +1,13 @@
 """Per-claim outcomes: a permanent error goes back to kubelet at once; a retryable one is
-retried inside the Prepare window (and the claim is left out of the response if the
-window ends first, so kubelet calls again)."""
+retried inside the Prepare window, and if the window ends first it goes back to kubelet
+prefixed with one of the words below (kubelet records it on the pod and calls again)."""
 
 from __future__ import annotations
+
+from typing import Final
+
+STILL_WAITING: Final = "not ready yet, kubelet will retry"
+STILL_RETRYING: Final = "failed for now, kubelet will retry"
 
 
 class ClaimError(Exception):

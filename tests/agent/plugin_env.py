@@ -377,3 +377,14 @@ def cluster(k8s, project_crds) -> ClusterObjects:
     objects.namespace(DRIVER_NS)
     objects.node(NODE)
     return objects
+
+
+def waiting_reason(resp: Any, uid: str) -> str:
+    """The reason a claim is still waiting at the end of a Prepare call (an error that
+    kubelet records on the pod and retries), failing if the claim got anything else."""
+    from agent.plugin.errors import STILL_RETRYING, STILL_WAITING
+
+    assert uid in resp.claims, f"claim {uid} left out of the response"
+    error = resp.claims[uid].error
+    assert error.startswith((STILL_WAITING, STILL_RETRYING)), error
+    return error

@@ -15,6 +15,7 @@ from plugin_env import (
     AgentThread,
     Kubelet,
     NodeEnv,
+    waiting_reason,
 )
 
 from api import names
@@ -264,7 +265,7 @@ def test_label_of_another_domain_keeps_the_claim_pending(kubelet, cluster, node)
     core.patch_node(NODE, {"metadata": {"labels": {names.LABEL_COMPUTE_DOMAIN: "other-cd"}}})
     _, claim = ready_channel_claim(cluster, node)
     resp = kubelet.prepare([claim])
-    assert claim["metadata"]["uid"] not in resp.claims, "still retrying: left out"
+    assert "label" in waiting_reason(resp, claim["metadata"]["uid"])
     assert cluster.node_labels(NODE)[names.LABEL_COMPUTE_DOMAIN] == "other-cd"
 
 
@@ -274,7 +275,7 @@ def test_channel_zero_is_owned_by_one_claim_at_a_time(kubelet, cluster, node):
     domain = first["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]
     second = cluster.channel_claim("wl2", "default", domain["domainID"])
     resp = kubelet.prepare([second])
-    assert second["metadata"]["uid"] not in resp.claims
+    assert "channel-0 is already allocated" in waiting_reason(resp, second["metadata"]["uid"])
     kubelet.unprepare([first])
     assert kubelet.prepare([second]).claims[second["metadata"]["uid"]].error == ""
 
@@ -344,7 +345,7 @@ def test_cleanup_of_stale_claims_orphans_and_domains(agent, kubelet, cluster, no
     claim = cluster.channel_claim("wl", "default", uid)
     # The claim's Prepare is still waiting for the daemon when the claim is deleted.
     resp = kubelet.prepare([claim], timeout=30)
-    assert claim["metadata"]["uid"] not in resp.claims
+    waiting_reason(resp, claim["metadata"]["uid"])
     cluster.resource.delete_namespaced_resource_claim("wl", "default")
     orphan = node.root / "cdi" / "k8s.compute-domain.nvidia.com-claim_gone.yaml"
     orphan.write_text("---\n")
@@ -417,7 +418,7 @@ def test_host_managed_requires_an_exact_ready_line(host_managed, cluster, output
     resp = Kubelet(host_managed).prepare([claim], timeout=30)
     uid = claim["metadata"]["uid"]
     if not ready:
-        assert uid not in resp.claims, "not ready is retryable: left out for kubelet to retry"
+        assert "host nvidia-imex" in waiting_reason(resp, uid)
         return
     assert resp.claims[uid].error == ""
     nodes = read_spec(host_managed, uid)["devices"][0]["containerEdits"]["deviceNodes"]
@@ -429,4 +430,4 @@ def test_host_managed_without_imex_ctl_keeps_the_claim_pending(host_managed, clu
     cd = cluster.compute_domain("cd1")
     claim = cluster.channel_claim("wl", "default", cd["metadata"]["uid"])
     resp = Kubelet(host_managed).prepare([claim], timeout=30)
-    assert claim["metadata"]["uid"] not in resp.claims
+    assert "nvidia-imex-ctl" in waiting_reason(resp, claim["metadata"]["uid"])

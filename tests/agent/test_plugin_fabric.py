@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from plugin_env import NODE, AgentThread, Kubelet, NodeEnv
+from plugin_env import NODE, AgentThread, Kubelet, NodeEnv, waiting_reason
 
 from sim.fakeimex.install import install
 
@@ -85,11 +85,11 @@ def test_host_imex_not_ready_or_socket_missing_keeps_the_claim_pending(host_node
     cd = cluster.compute_domain("cd1")
     claim = cluster.channel_claim("wl", "default", cd["metadata"]["uid"])
     resp = Kubelet(host_node).prepare([claim], timeout=30)
-    assert claim["metadata"]["uid"] not in resp.claims, "socket missing: retry later"
+    assert "host nvidia-imex" in waiting_reason(resp, claim["metadata"]["uid"])
     proc = start_host_imex(host_node, FAKE_IMEX_NEVER_READY="1")
     try:
         resp = Kubelet(host_node).prepare([claim], timeout=30)
-        assert claim["metadata"]["uid"] not in resp.claims, "not READY: retry later"
+        assert "not ready" in waiting_reason(resp, claim["metadata"]["uid"])
     finally:
         proc.terminate()
         proc.wait(10)

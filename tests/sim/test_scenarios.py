@@ -259,11 +259,14 @@ def test_host_managed_ready_and_not_ready_host_imex(short_dir):
             if phases != {"node-01": "Running", "node-02": "Pending"}:
                 return False
             events = await call(core.list_namespaced_event, NAMESPACE)
-            # kubelet's own words; the agent's log says why (issue: diagnose records it).
-            return any(e.reason == "FailedPrepareDynamicResources" for e in events.items)
+            # The agent's reason reaches the pod's Events (`kubectl describe pod`).
+            return any(
+                e.reason == "FailedPrepareDynamicResources"
+                and "host nvidia-imex daemon not ready: INIT_GPU" in (e.message or "")
+                for e in events.items
+            )
 
-        await eventually(one_running_one_waiting, "node-01 Running, node-02 Pending with an Event")
-        assert "host nvidia-imex daemon not ready: INIT_GPU" in stalled.agent.log_tail(20000)
+        await eventually(one_running_one_waiting, "node-02 Pending, the reason in an Event")
         await stalled.host_imex.restart(peers)
         observed = await ready(cluster, "hosted")
         assert observed.link("device").count == "2/2"
