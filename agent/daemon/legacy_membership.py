@@ -25,7 +25,7 @@ from agent.daemon.membership import (
     smallest_free_index,
 )
 from api import names
-from api.kube import Informer, call
+from api.kube import Informer, call_retrying
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,12 @@ class LegacyMembership(_OptimisticWriter):
         return names.GROUP, names.VERSION, self.cd_namespace, names.PLURAL_COMPUTE_DOMAINS
 
     async def _get(self) -> Obj | None:
-        return await call(self._custom.get_namespaced_custom_object, *self._args(), self.cd_name)
+        return await call_retrying(
+            self._custom.get_namespaced_custom_object, *self._args(), self.cd_name
+        )
 
     async def _put(self, obj: Obj) -> Obj:
-        return await call(
+        return await call_retrying(
             self._custom.replace_namespaced_custom_object_status, *self._args(), self.cd_name, obj
         )
 

@@ -35,7 +35,7 @@ from typing import Any
 from kubernetes import client
 
 from api import names
-from api.kube import Informer, call, status_of
+from api.kube import Informer, call_retrying, status_of
 
 log = logging.getLogger(__name__)
 
@@ -205,10 +205,12 @@ class CliqueMembership(_OptimisticWriter):
         return names.GROUP, names.VERSION, self.namespace, names.PLURAL_CLIQUES
 
     async def _get(self) -> Obj | None:
-        return await call(self._custom.get_namespaced_custom_object, *self._args(), self.name)
+        return await call_retrying(
+            self._custom.get_namespaced_custom_object, *self._args(), self.name
+        )
 
     async def _put(self, obj: Obj) -> Obj:
-        return await call(
+        return await call_retrying(
             self._custom.replace_namespaced_custom_object, *self._args(), self.name, obj
         )
 
@@ -229,7 +231,9 @@ class CliqueMembership(_OptimisticWriter):
                 "daemons": [],
             }
         )
-        return await call(self._custom.create_namespaced_custom_object, *self._args(), body)
+        return await call_retrying(
+            self._custom.create_namespaced_custom_object, *self._args(), body
+        )
 
     def _owner_ref(self) -> Obj:
         return {"apiVersion": "v1", "kind": "Pod", "name": self.pod_name, "uid": self.pod_uid}

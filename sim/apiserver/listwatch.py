@@ -187,6 +187,10 @@ async def watch_stream(
                 await response.write(frame(kind, obj))
     except (ConnectionResetError, asyncio.CancelledError):
         pass
+    except RuntimeError as err:
+        # The server ended this stream (stop()) while a write was on its way.
+        if "write_eof" not in str(err):
+            raise
     finally:
         store.unwatch(watcher)
         streams.discard(response)

@@ -13,10 +13,10 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from kubernetes import client
 
@@ -28,6 +28,7 @@ from sim.cluster.evidence import EvidenceChain, Snapshot
 from sim.cluster.leftovers import cdi_leftovers, object_leftovers, process_leftovers
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 POLL = 0.2
 
 
@@ -153,7 +154,10 @@ async def wait_ready(
     assert cluster.admin is not None
     deadline = time.monotonic() + timeout
     while True:
-        snap = await Snapshot.take(cluster.admin, cluster.namespace)
+        snap = await _observe(Snapshot.take(cluster.admin, cluster.namespace))
+        if snap is None:
+            await asyncio.sleep(POLL)
+            continue
         now = time.monotonic()
         for chain in chains:
             chain.observe(snap, now)
@@ -189,12 +193,26 @@ async def wait_clean(
         and n.host_imex.process.pid is not None
     ]
     while True:
-        left = await object_leftovers(cluster.admin, cluster.namespace, uids, namespaces)
+        left = await _observe(object_leftovers(cluster.admin, cluster.namespace, uids, namespaces))
+        if left is None:
+            await asyncio.sleep(POLL)
+            continue
         left += cdi_leftovers({n: node.host.cdi_dir for n, node in cluster.nodes.items()})
         left += process_leftovers(cluster.root, allowed)
         if not left or time.monotonic() > deadline:
             return left
         await asyncio.sleep(POLL)
+
+
+async def _observe(reading: Awaitable[T]) -> T | None:
+    """One observation; None when the API answered 429 or 5xx (a flaky or busy server:
+    look again next time, as any client would)."""
+    try:
+        return await reading
+    except client.ApiException as err:
+        if err.status == 429 or err.status >= 500:
+            return None
+        raise
 
 
 @dataclass(frozen=True)
