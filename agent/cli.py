@@ -73,6 +73,11 @@ def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> 
     env_option(run, "--poll-interval", env="IMEX_POLL_INTERVAL", type=parse_duration,
                default=1.0, help="how often to ask nvidia-imex-ctl -q for the state",
                environ=environ)
+    env_option(run, "--not-ready-event-after", env="IMEX_NOT_READY_EVENT_AFTER",
+               type=parse_duration, default=60.0,
+               help="record an IMEXDaemonNotReady Warning Event on this pod once nvidia-imex "
+               "has not been READY for this long (at most one a minute; 0: never)",
+               environ=environ)
     run.set_defaults(handler=_run_daemon)
     check.set_defaults(handler=_check_daemon)
 
@@ -129,7 +134,7 @@ async def run_daemon(
                 dns_names=gates.enabled(IMEX_DAEMONS_WITH_DNS_NAMES),
                 cliques=gates.enabled(COMPUTE_DOMAIN_CLIQUES), paths=paths,
                 poll_interval=args.poll_interval, launcher=launcher, ctl_runner=ctl_runner,
-                imex_env=env)
+                imex_env=env, not_ready_event_after=args.not_ready_event_after)
             return await supervisor.run(stop)
         finally:
             api.close()

@@ -28,7 +28,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -176,7 +176,11 @@ class ImexProcess:
         stable_after: float = 30.0,
         rng: random.Random | None = None,
         launcher: ImexLauncher | None = None,
+        on_crash: Callable[[int, float, int, float], None] | None = None,
     ) -> None:
+        """`on_crash(code, ran, restart, delay)` is called when the child exits although
+        nobody asked it to: its exit status, how long it ran, the number of the restart now
+        scheduled and its delay. It must not block; an exception from it is only logged."""
         if not command:
             raise ValueError("command must not be empty")
         self.command = list(command)
@@ -188,6 +192,7 @@ class ImexProcess:
         self.stable_after = stable_after
         self._rng = rng or random.Random()
         self.launcher: ImexLauncher = launcher or SubprocessLauncher()
+        self.on_crash = on_crash
         self._lock = asyncio.Lock()
         self._child: _Child | None = None
         self._wanted = False  # whether the child should be running (restart on exit)
@@ -208,6 +213,11 @@ class ImexProcess:
     def pid(self) -> int | None:
         """The running child's pid, or None."""
         return self._child.pid if self.running and self._child else None
+
+    @property
+    def started_at(self) -> float | None:
+        """time.monotonic() when the running child was started, or None."""
+        return self._child.started if self.running and self._child else None
 
     @property
     def restart_pending(self) -> bool:
@@ -304,6 +314,11 @@ class ImexProcess:
             return
         log.warning("Watchdog: %s terminated unexpectedly", self.log_prefix)
         self._schedule_restart(ran)
+        if self.on_crash is not None:
+            try:
+                self.on_crash(code, ran, self.restarts + 1, self.last_delay or 0.0)
+            except Exception:
+                log.exception("reporting the exit of %s failed", self.log_prefix)
 
     async def _drain(self, child: _Child) -> None:
         """Wait for both pipes to reach EOF; kill leftovers of the child's group if needed."""

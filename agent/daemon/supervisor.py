@@ -11,6 +11,8 @@ later, inside the node agent. The flow (reference daemon.md, with our fixes):
    IMEX is started once our entry exists, gets SIGUSR1 only when peers changed, and is
    restarted when our own index changed (IMEX reads its identity only at start);
 5. poll `nvidia-imex-ctl -q` and flip our clique entry Ready / NotReady at once;
+   an unexpected exit of IMEX, and IMEX not READY longer than `not_ready_event_after`, are
+   Warning Events on our own pod (`kubectl describe pod`), rate-limited (events.py);
 6. on stop: stop IMEX (SIGTERM, then SIGKILL), leave the clique.
 
 The process boundary is injected: `launcher` starts `nvidia-imex` (and ends strays),
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,14 +34,21 @@ from typing import Any
 from kubernetes import client
 
 from agent.daemon import files
+from agent.daemon.events import (
+    REASON_EXITED,
+    REASON_NOT_READY,
+    PodEvents,
+    exited_message,
+    not_ready_message,
+)
 from agent.daemon.identity import DaemonIdentity
 from agent.daemon.legacy_membership import LegacyMembership
 from agent.daemon.membership import CliqueMembership
 from agent.daemon.netcheck import check_local_address
 from agent.daemon.process import ImexLauncher, ImexProcess
-from agent.daemon.readiness import CtlRunner, ReadinessPoller, query_state
+from agent.daemon.readiness import CtlRunner, ReadinessPoller, is_ready, query_state
 from api import names
-from api.kube import call
+from api.kube import call_retrying
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +84,12 @@ class ImexSupervisor:
         launcher: ImexLauncher | None = None,
         ctl_runner: CtlRunner | None = None,
         imex_env: Mapping[str, str] | None = None,
+        not_ready_event_after: float = 60.0,
+        events: PodEvents | None = None,
     ) -> None:
+        """`not_ready_event_after`: seconds IMEX may stay not READY before an
+        IMEXDaemonNotReady Event (0: never); `events` writes them (None: on our pod
+        through `api`)."""
         self.identity = identity
         self._api = api
         self._dns = dns_names
@@ -83,12 +98,16 @@ class ImexSupervisor:
         self._poll_interval = poll_interval
         self._check_local = check_local
         self._ctl_runner = ctl_runner
+        self.events = events if events is not None else PodEvents(api, identity)
+        self._not_ready_after = not_ready_event_after
+        self._ready_at: float | None = None  # when IMEX was last seen READY
         self.imex = ImexProcess(
             [self.paths.imex_binary, "-c", str(self.paths.config)],
             env=imex_env,
             log_prefix="nvidia-imex",
             grace=imex_grace,
             launcher=launcher,
+            on_crash=self._on_crash,
         )
         self.membership: CliqueMembership | LegacyMembership | None = None
         self.index: int | None = None
@@ -133,9 +152,7 @@ class ImexSupervisor:
             # IP mode: the nodes config must list every peer before IMEX starts.
             await self.membership.wait_for_num_nodes()
         poller = ReadinessPoller(
-            lambda: query_state(
-                self.paths.imex_ctl_binary, str(self.paths.config), runner=self._ctl_runner
-            ),
+            self._query_state,
             self._report_readiness,
             interval=self._poll_interval,
         )
@@ -163,6 +180,7 @@ class ImexSupervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.imex.stop()
+        await self.events.close()
         if self.membership is not None:
             with contextlib.suppress(Exception):
                 await self.membership.leave()
@@ -196,7 +214,7 @@ class ImexSupervisor:
         ident = self.identity
         body = {"metadata": {"labels": {names.LABEL_CLIQUE_ID: ident.clique_id}}}
         core = client.CoreV1Api(self._api)
-        await call(core.patch_namespaced_pod, ident.pod_name, ident.pod_namespace, body)
+        await call_retrying(core.patch_namespaced_pod, ident.pod_name, ident.pod_namespace, body)
 
     # --- reacting to the clique ------------------------------------------------------
 
@@ -251,6 +269,35 @@ class ImexSupervisor:
     async def _report_readiness(self, ready: bool, state: str) -> None:
         assert self.membership is not None
         await self.membership.set_status(ready)
+
+    # --- telling the admin why (Events on our pod) -------------------------------------
+
+    async def _query_state(self) -> str:
+        state = await query_state(
+            self.paths.imex_ctl_binary, str(self.paths.config), runner=self._ctl_runner
+        )
+        self._check_not_ready(state, time.monotonic())
+        return state
+
+    def _check_not_ready(self, state: str, now: float) -> None:
+        """IMEXDaemonNotReady once the running child has not been READY for longer than
+        the threshold (since it started, or since it was last READY). A child that is not
+        running is the crash Event's business."""
+        if is_ready(state):
+            self._ready_at = now
+            return
+        started = self.imex.started_at
+        if started is None or self._not_ready_after <= 0:
+            return
+        was_ready = self._ready_at is not None and self._ready_at > started
+        since = self._ready_at if was_ready and self._ready_at is not None else started
+        if now - since > self._not_ready_after:
+            self.events.warning(
+                REASON_NOT_READY, not_ready_message(state, now - since, was_ready=was_ready)
+            )
+
+    def _on_crash(self, code: int, ran: float, restart: int, delay: float) -> None:
+        self.events.warning(REASON_EXITED, exited_message(code, ran, restart, delay))
 
 
 def _usable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

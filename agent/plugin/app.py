@@ -120,7 +120,8 @@ class PluginApp:
             node_name=cfg.node_name, host_managed=cfg.host_managed,
             prepare_window_s=cfg.prepare_window_s, domains_dir=cfg.domains_dir,
             imexd_template=imexd_template(), clique_id=lambda: self.clique.value,
-            host_probe=edits.host_probe() if cfg.host_managed else None)
+            host_probe=edits.host_probe() if cfg.host_managed else None,
+            namespace=cfg.namespace)
         self.metrics = PluginMetrics(cfg.node_name)
         self.metrics.set_prepared(checkpoint.prepared_device_counts())
         self.driver = Driver(settings, self.cluster, edits, store, checkpoint,

@@ -91,6 +91,25 @@ class ClusterView:
                 return node.get("status") == names.STATUS_READY
         return False
 
+    def daemon_entry(self, cd_uid: str, clique_id: str) -> str:
+        """Where this node's daemon stands, for a waiting claim's message: the status of its
+        clique entry (or, with the cliques gate off, of its node in the ComputeDomain
+        status), or that there is none yet."""
+        if self.cliques is not None and clique_id:
+            clique = self.cliques.items.get(names.clique_object_name(cd_uid, clique_id))
+            if clique is None:
+                return f"clique {clique_id} has no entries yet"
+            for daemon in clique.get("daemons") or ():
+                if daemon.get("nodeName") == self._node_name:
+                    status = daemon.get("status") or "without status"
+                    return f"its entry in clique {clique_id} is {status}"
+            return f"it has no entry in clique {clique_id} yet"
+        cd = self.cds.items.get(cd_uid) or {}
+        for node in (cd.get("status") or {}).get("nodes") or ():
+            if node.get("name") == self._node_name:
+                return f"its node in the ComputeDomain status is {node.get('status') or 'unset'}"
+        return "it is not in the ComputeDomain status yet"
+
     def generation(self) -> tuple[int, ...]:
         return tuple(i.version for i in self.informers)
 

@@ -53,6 +53,7 @@ class Cluster(Protocol):
     async def remove_cd_label(self, cd_uid: str) -> None: ...
     def compute_domain(self, uid: str) -> dict[str, Any] | None: ...
     def node_ready(self, cd_uid: str, clique_id: str) -> bool: ...
+    def daemon_entry(self, cd_uid: str, clique_id: str) -> str: ...
     def generation(self) -> tuple[int, ...]: ...
     async def wait_for_change(self, since: tuple[int, ...], timeout: float) -> None: ...
 
@@ -80,6 +81,7 @@ class DriverSettings:
     imexd_template: bytes
     clique_id: Callable[[], str]
     host_probe: Callable[[], Awaitable[None]] | None = None
+    namespace: str = "default"  # the driver's (--namespace), where the daemon pods run
 
 
 class Driver:
@@ -299,6 +301,16 @@ class Driver:
             raise RetryableError(f"allocation failed: channel {channel} already allocated by "
                                  f"claim {owner} (according to checkpoint)")
 
+    def _not_ready_message(self, cd_uid: str, clique: str) -> str:
+        """Why a workload claim waits, and where to look for the cause: the daemon pod's
+        Events (IMEXDaemonExited, IMEXDaemonNotReady) and log."""
+        node, ns = self._s.node_name, self._s.namespace
+        return (
+            f"current node not ready in ComputeDomain {cd_uid}: waiting for the IMEX daemon "
+            f"on {node} to report Ready ({self._cluster.daemon_entry(cd_uid, clique)}); see "
+            f"why with: kubectl describe -n {ns} $(kubectl get pod -n {ns} -o name "
+            f"-l {names.LABEL_COMPUTE_DOMAIN}={cd_uid} --field-selector spec.nodeName={node})")
+
     def _check_domain(self, ref: ClaimRef, group: Group) -> None:
         uid = group.config.domain_id
         cd = self._cluster.compute_domain(uid)
@@ -334,9 +346,7 @@ class Driver:
                 await self._cluster.add_cd_label(cd_uid)
                 since = self._cluster.generation()
                 if not self._cluster.node_ready(cd_uid, clique):
-                    raise NotReadyError(
-                        f"current node not ready in ComputeDomain {cd_uid}: waiting for the "
-                        f"IMEX daemon on {self._s.node_name} to report Ready", since)
+                    raise NotReadyError(self._not_ready_message(cd_uid, clique), since)
                 if clique:
                     count = names.MAX_IMEX_CHANNELS if config.all_channels else 1
                     edits = self._edits.channel_edits(range(count))

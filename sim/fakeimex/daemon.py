@@ -82,6 +82,9 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _early_stop)
+    # A reload before the config and hosts file are read is moot (the launcher ignores it
+    # from exec on, see install.py); the event loop takes SIGUSR1 over in `run`.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     daemon = build(argv, os.environ, sys.stderr)
     if isinstance(daemon, int):
         return daemon

@@ -21,6 +21,14 @@ LAUNCHERS: Final = MappingProxyType(
 )
 
 
+# A real nvidia-imex handles SIGUSR1 microseconds after exec; Python needs a few hundred
+# milliseconds to get there, and SIGUSR1's default action would kill it. The supervisor
+# sends one whenever its peers change, so a start while daemons join would die. Ignored
+# (inherited across exec) until the fake's event loop takes it over: nothing is lost, the
+# daemon reads its config and hosts file only after that.
+_IGNORE_EARLY_USR1: Final = "trap '' USR1\n"
+
+
 def repo_root() -> Path:
     """The directory that holds the `sim` package (what PYTHONPATH must contain)."""
     return Path(sim.fakeimex.__file__).resolve().parents[2]
@@ -45,7 +53,8 @@ def install(bin_dir: Path, python: str = sys.executable) -> dict[str, Path]:
             f"# {name}: the simulated IMEX ({module}), written by sim.fakeimex.install.\n"
             f'PYTHONPATH={root}${{PYTHONPATH:+":$PYTHONPATH"}}\n'
             "export PYTHONPATH\n"
-            f'exec -a {name} {shlex.quote(str(interpreter))} -m {module} "$@"\n'
+            + (_IGNORE_EARLY_USR1 if name == "nvidia-imex" else "")
+            + f'exec -a {name} {shlex.quote(str(interpreter))} -m {module} "$@"\n'
         )
         path.chmod(0o755)
         written[name] = path

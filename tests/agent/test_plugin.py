@@ -11,6 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 from plugin_env import (
+    DRIVER_NS,
     NODE,
     AgentThread,
     Kubelet,
@@ -159,6 +160,32 @@ def test_channel_claim_waits_for_the_local_daemon_and_is_released_by_the_clique(
     nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
     assert [n["path"] for n in nodes] == ["/dev/nvidia-caps-imex-channels/channel0"]
     assert nodes[0]["major"] == 234 and "minor" not in nodes[0]
+
+
+def test_a_waiting_claim_names_the_daemon_entry_and_where_to_look(
+    apiserver, cluster, short_dir, tmp_path
+):
+    """The reason kubelet puts on the pod says what the node's clique entry is (none yet,
+    NotReady) and which `kubectl describe pod` shows the daemon's own Events."""
+    node = NodeEnv(short_dir / "node", extra_args=["--prepare-timeout", "1s"])
+    thread = AgentThread(node.config(apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        kubelet = Kubelet(node)
+        uid = cluster.compute_domain("cd1")["metadata"]["uid"]
+        claim = cluster.channel_claim("wl", "default", uid, "Single")
+        look = (f"see why with: kubectl describe -n {DRIVER_NS} $(kubectl get pod -n {DRIVER_NS} "
+                f"-o name -l {names.LABEL_COMPUTE_DOMAIN}={uid} "
+                f"--field-selector spec.nodeName={NODE})")
+        reason = waiting_reason(kubelet.prepare([claim]), claim["metadata"]["uid"])
+        assert f"waiting for the IMEX daemon on {NODE} to report Ready" in reason
+        assert f"(clique {node.clique_id} has no entries yet)" in reason
+        assert reason.endswith(look), reason
+        cluster.set_clique_daemon(uid, node.clique_id, NODE, "NotReady")
+        reason = waiting_reason(kubelet.prepare([claim]), claim["metadata"]["uid"])
+        assert f"(its entry in clique {node.clique_id} is NotReady)" in reason
+        assert reason.endswith(look), reason
+    finally:
+        thread.close()
 
 
 def ready_channel_claim(

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 from fakeimex_helpers import Domain, free_port, ip
 
@@ -252,3 +253,30 @@ def test_daemonize_forks_and_the_launcher_returns_0(domain: Domain):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGTERM)
     domain.wait("bg", lambda s: s["state"] == "SHUTTING_DOWN")
+
+
+def test_sigusr1_during_start_up_does_not_kill_it(domain: Domain):
+    """The supervisor sends SIGUSR1 whenever peers change, possibly right after it started
+    the daemon: before the fake reads its files a reload is moot, never fatal (a real
+    nvidia-imex has its handler microseconds after exec, Python needs ~0.2 s)."""
+    domain.write_nodes([ip(1)])
+    proc = domain.start("early", domain.config("early", ip(1)))
+    # From the launcher's `trap` on (bash's first ms, like a real binary's first µs).
+    usr1 = 1 << (signal.SIGUSR1 - 1)
+    deadline = time.monotonic() + 5
+    while not int(_proc_status(proc.pid, "SigIgn") or "0", 16) & usr1:
+        assert time.monotonic() < deadline and proc.poll() is None, "SIGUSR1 never ignored"
+        time.sleep(0.001)
+    for _ in range(100):
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.005)
+    domain.wait_ready("early")
+    assert proc.poll() is None
+
+
+def _proc_status(pid: int, field: str) -> str | None:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    return next((ln.split()[1] for ln in lines if ln.startswith(f"{field}:")), None)

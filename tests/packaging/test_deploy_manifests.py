@@ -337,6 +337,25 @@ def test_daemon_service_account(secured: dict[str, client.ApiClient]) -> None:
     custom.list_namespaced_custom_object(*args)
     core.patch_namespaced_pod("daemon-1", DRIVER_NS,
                               {"metadata": {"labels": {names.LABEL_CLIQUE_ID: "c.1"}}})
+    # Warning Events on its own pod, written by the daemon's own code (create only).
+    from agent.daemon.events import REASON_EXITED, PodEvents
+    from agent.daemon.identity import DaemonIdentity
+
+    identity = DaemonIdentity(
+        clique_id="c.1", cd_uid="0f3c2a9e-1b2c-4d5e-8f90-123456789abc", cd_name="x",
+        cd_namespace=USER_NS, node_name="node-1", pod_ip="10.0.0.1",
+        pod_uid=pod.metadata.uid, pod_name="daemon-1", pod_namespace=DRIVER_NS, max_nodes=1)
+
+    async def record() -> None:
+        events = PodEvents(sa, identity)
+        assert events.warning(REASON_EXITED, "nvidia-imex exited with code 1")
+        await events.close()
+
+    asyncio.run(record())
+    [event] = [e for e in admin_core.list_namespaced_event(DRIVER_NS).items
+               if e.involved_object.name == "daemon-1"]
+    assert (event.reason, event.type) == (REASON_EXITED, "Warning")
+    assert event.involved_object.uid == pod.metadata.uid
     # Legacy layout (ComputeDomainCliques=false): the ComputeDomain's status.
     cd = _create_cd(secured["admin"], "legacy")
     cd_args = (names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS)
@@ -353,5 +372,9 @@ def test_daemon_service_account(secured: dict[str, client.ApiClient]) -> None:
     _forbidden(lambda: apps.create_namespaced_daemon_set(DRIVER_NS, ds))
     _forbidden(lambda: core.patch_namespaced_pod("daemon-1", USER_NS, {"metadata": {}}))
     _forbidden(lambda: core.delete_namespaced_pod("daemon-1", DRIVER_NS))
+    _forbidden(lambda: core.patch_namespaced_event(event.metadata.name, DRIVER_NS, {"count": 2}))
+    _forbidden(lambda: core.create_namespaced_event(USER_NS, {
+        "metadata": {"generateName": "x-"}, "reason": "R", "message": "m",
+        "involvedObject": {"kind": "Pod", "name": "daemon-1", "namespace": USER_NS}}))
     _forbidden(lambda: custom.patch_namespaced_custom_object(*cd_args, "legacy", {}))
     _forbidden(lambda: custom.delete_namespaced_custom_object(*args, name))
