@@ -49,8 +49,13 @@ def unauthorized() -> ApiError:
 class TokenAuthenticator:
     """Maps static bearer tokens to users, as kube-apiserver's token authenticators do."""
 
-    def __init__(self) -> None:
+    def __init__(self, anonymous: UserInfo = ANONYMOUS) -> None:
+        """`anonymous`: who a request without credentials is. `ADMIN` makes the server
+        behave like kube-apiserver's old localhost insecure port, for kubectl, which does
+        not send a bearer token over plain HTTP; clients that do send one are still
+        authenticated and authorized by it."""
         self._users: dict[str, UserInfo] = {}
+        self.anonymous = anonymous
 
     def add_user(
         self, token: str, name: str, groups: Iterable[str] = (), uid: str = ""
@@ -85,10 +90,10 @@ class TokenAuthenticator:
         """
         auth = (authorization_header or "").strip()
         if not auth:
-            return ANONYMOUS
+            return self.anonymous
         parts = auth.split(" ", 2)
         if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
-            return ANONYMOUS
+            return self.anonymous
         user = self._users.get(parts[1])
         if user is None:
             raise unauthorized()

@@ -41,7 +41,7 @@ from kubernetes import client
 
 from api import names
 from api.kube import call
-from sim.apiserver.authn import TokenAuthenticator
+from sim.apiserver.authn import ADMIN, TokenAuthenticator
 from sim.apiserver.kubeconfig import write_kubeconfig
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
@@ -178,7 +178,9 @@ class SimCluster:
         # default pool of cores + 4.
         asyncio.get_running_loop().set_default_executor(self._executor)
         self.root.mkdir(parents=True, exist_ok=True)
-        auth = TokenAuthenticator()
+        # Token-less requests (kubectl over plain HTTP) act as the admin; the driver's
+        # programs send their ServiceAccount tokens, and RBAC applies to them.
+        auth = TokenAuthenticator(anonymous=ADMIN)
         auth.add_admin(self.admin_token)
         for role, account in self.accounts.items():
             auth.add_service_account(self.tokens[role], self.namespace, account)

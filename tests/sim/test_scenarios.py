@@ -32,6 +32,7 @@ from api.kube import call
 from sim.cluster.cluster import SimCluster
 from sim.cluster.demo import create_objects
 from sim.cluster.example import NAMESPACE, builtin, workload_pod
+from sim.cluster.leftovers import process_leftovers
 from sim.cluster.node import clique_id
 
 SIM = Path(sys.executable).parent / "compute-domain-sim"
@@ -337,3 +338,49 @@ def test_demo_rejects_bad_arguments_before_starting(tmp_path):
         out = subprocess.run([SIM, "demo", *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2, (args, out.stderr)
         assert message in out.stderr, (args, out.stderr)
+
+
+def test_up_serves_kubectl_until_interrupted(short_dir, tmp_path):
+    """`compute-domain-sim up`: kubectl (which sends no token over plain HTTP) works as the
+    admin, the agents are registered, and Ctrl-C stops everything."""
+    import shutil
+    import signal
+    import time
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        import pytest
+
+        pytest.skip("kubectl is not installed")
+    kubeconfig = tmp_path / "kc"
+    proc = subprocess.Popen(
+        [SIM, "up", "--nodes", "2", "--root", str(short_dir), "--kubeconfig-out", str(kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("simulated cluster up: 2 nodes"), first + proc.stdout.read()
+
+        def kc(*args: str) -> str:
+            out = subprocess.run(
+                [kubectl, "--kubeconfig", str(kubeconfig), *args],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            return out.stdout
+
+        deadline = time.monotonic() + 30
+        while kc("get", "resourceslices", "-o", "name").count("\n") < 2:  # one per node
+            assert time.monotonic() < deadline, "the agents published no ResourceSlices"
+            time.sleep(0.5)
+        nodes = kc("get", "nodes", "-L", names.LABEL_GPU_CLIQUE)
+        assert "node-01" in nodes and "node-02" in nodes and clique_id(1) in nodes
+        classes = kc("get", "deviceclasses", "-o", "name")
+        assert names.DEVICE_CLASS_DEFAULT_CHANNEL in classes
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    assert process_leftovers(short_dir) == []
