@@ -61,6 +61,13 @@ def test_single_then_all_channels_in_sequence_on_one_node(short_dir):
         } <= set(devices)
         await delete_until_clean(cluster, every, [observed.uid])
 
+        # The driver's programs wrote as their own ServiceAccounts (RBAC applied to them).
+        assert cluster.server is not None
+        by_user = cluster.server.call(lambda: dict(cluster.server.server.stats.by_user))
+        for role, account in cluster.accounts.items():
+            writes = by_user.get(f"system:serviceaccount:{cluster.namespace}:{account}", {})
+            assert writes.get("create", 0) + writes.get("update", 0) > 0, (role, by_user.keys())
+
     run_scenario(short_dir, body, nodes=1, cliques=1)
 
 
