@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/bench_prepare.py
 	$(PY) packaging/pyinstaller/build.py --dist dist --if-stale
 	$(PY) tests/bench/bench_prepare.py --agent dist/compute-domain-agent
+	$(PY) tests/bench/bench_bringup.py
 
 # The single-file agent (PyInstaller onefile): dist/compute-domain-agent. Runs without Python.
 binary: $(STAMP)

@@ -62,6 +62,7 @@ Obj = dict[str, Any]
 MODES: Final = ("driverManaged", "hostManaged")
 NODES_PER_CLIQUE: Final = 18  # a GB200 NVL72 rack: 18 compute trays
 SIM_IMAGE: Final = "compute-domain-driver:sim"
+SMALL_CLUSTER: Final = 16  # nodes up to which the daemons poll and heartbeat fast
 # Variables of ours that must come from the manifests, not from whoever started the sim.
 _DRIVER_ENV: Final = frozenset(
     {"IMEX_MODE", "FEATURE_GATES", "NAMESPACE", "NODE_NAME", "KUBECONFIG", "POD_NAME"}
@@ -295,15 +296,22 @@ class SimCluster:
     def _daemon_env(self) -> dict[str, str]:
         """What the daemon pods' containers get beyond their pod spec: the daemon
         ServiceAccount's kubeconfig (standing in for the projected token) and the fake
-        IMEX's knobs; `{pod_dir}` is each pod's own directory."""
+        IMEX's knobs; `{pod_dir}` is each pod's own directory.
+
+        Small clusters poll and heartbeat fast so a demo is snappy. Large ones keep the
+        daemon's production poll interval (1 s), and a slower fake heartbeat: on one
+        machine every peer heartbeat of every clique costs this machine's CPU, which on a
+        real rack is spread over the nodes (18 peers x 72 nodes at 0.2 s is 6,000
+        messages a second)."""
+        small = self.spec.nodes + self.spec.non_fabric <= SMALL_CLUSTER
         env = {
             names.ENV_KUBECONFIG: str(self.kubeconfigs.get("daemon", "")),
             "FAKE_IMEX_HOSTS_FILE": "{pod_dir}/hosts",
             "FAKE_IMEX_STATE_FILE": "{pod_dir}/imex-state.json",
-            "FAKE_IMEX_HEARTBEAT": "0.2",
+            "FAKE_IMEX_HEARTBEAT": "0.2" if small else "2",
             "FAKE_IMEX_RELOAD_INTERVAL": "0.2",
             "FAKE_IMEX_START_DELAY": str(self.spec.imex_start_delay),
-            "IMEX_POLL_INTERVAL": "0.2",
+            "IMEX_POLL_INTERVAL": "0.2" if small else "",
         }
         return {k: v for k, v in env.items() if v}
 

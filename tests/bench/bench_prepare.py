@@ -89,7 +89,12 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
             rows.append((f"Prepare {mode}, p50 / p99 ({args.iterations} runs)", ms(prep)))
             rows.append((f"Unprepare {mode}, p50 / p99", ms(unprep)))
             rows.append((f"Prepare {mode}, mean", f"{statistics.mean(prep):.1f} ms"))
-        claims = [cluster.daemon_claim(f"d{i}", uid) for i in range(args.claims)]
+        # One node serves one claim per device; distinct channels keep 200 apart (the
+        # driver allocates any of its 2048 channels, the ResourceSlice publishes channel 0).
+        claims = [
+            cluster.channel_claim(f"many-{i}", "default", uid, device=f"channel-{i + 1}")
+            for i in range(args.claims)
+        ]
         for claim in claims:
             _ok(kubelet.prepare([claim]))
         rss = rss_mib(agent.proc.pid)
