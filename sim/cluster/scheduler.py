@@ -24,6 +24,7 @@ from kubernetes.client.rest import ApiException
 from api.kube import Informer, call
 from sim.cluster.cel import SelectorEvaluator
 from sim.cluster.claims import claim_lister
+from sim.cluster.nodematch import node_selector_matches, pod_spec_matches_node, untolerated_taint
 
 log = logging.getLogger(__name__)
 
@@ -56,78 +57,6 @@ class NotReadyError(Exception):
 
 
 # --- node filters ----------------------------------------------------------------------
-
-
-def _expression_matches(expr: Mapping[str, Any], values: Mapping[str, str]) -> bool:
-    key, op = expr.get("key", ""), expr.get("operator", "")
-    wanted = expr.get("values") or []
-    if op == "In":
-        return key in values and values[key] in wanted
-    if op == "NotIn":
-        return key not in values or values[key] not in wanted
-    if op == "Exists":
-        return key in values
-    if op == "DoesNotExist":
-        return key not in values
-    if op in ("Gt", "Lt") and key in values and wanted:
-        try:
-            have, limit = int(values[key]), int(wanted[0])
-        except ValueError:
-            return False
-        return have > limit if op == "Gt" else have < limit
-    return False
-
-
-def node_selector_matches(selector: Mapping[str, Any] | None, node: Mapping[str, Any]) -> bool:
-    """A v1 NodeSelector: terms are ORed, a term's expressions and fields ANDed."""
-    if not selector:
-        return True
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
-    for term in selector.get("nodeSelectorTerms") or []:
-        exprs = term.get("matchExpressions") or []
-        field_exprs = term.get("matchFields") or []
-        if not exprs and not field_exprs:
-            continue  # an empty term matches nothing
-        if all(_expression_matches(e, labels) for e in exprs) and all(
-            _expression_matches(e, fields) for e in field_exprs
-        ):
-            return True
-    return False
-
-
-def _pod_matches_node(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    spec = pod.get("spec") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    for k, v in (spec.get("nodeSelector") or {}).items():
-        if labels.get(k) != v:
-            return False
-    required = (
-        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-    ) or None
-    return node_selector_matches(required, node)
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    effect = toleration.get("effect")
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key")
-    if toleration.get("operator", "Equal") == "Exists":
-        return not key or key == taint.get("key")
-    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def _untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> Obj | None:
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(_tolerates(t, taint) for t in tolerations):
-            return taint
-    return None
 
 
 def _taint_reason(taint: Mapping[str, Any]) -> str:
@@ -417,10 +346,10 @@ class Scheduler:
         reasons: list[str] = []
         for node in nodes:
             name = node["metadata"]["name"]
-            if not _pod_matches_node(pod, node):
+            if not pod_spec_matches_node(pod.get("spec") or {}, node):
                 reasons.append(_REASON_SELECTOR)
                 continue
-            taint = _untolerated_taint(pod, node)
+            taint = untolerated_taint((pod.get("spec") or {}).get("tolerations") or [], node)
             if taint is not None:
                 reasons.append(_taint_reason(taint))
                 continue

@@ -27,13 +27,13 @@ from typing import Any
 from kubernetes import client
 
 from api.kube import Informer, call, error_text, status_of
+from sim.cluster.nodematch import pod_spec_matches_node, untolerated_taint
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
 # Taint effects that keep a pod off a node; PreferNoSchedule only steers the scheduler.
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 # The real DaemonSet controller adds these to every daemon pod (util.AddOrUpdateDaemonPod-
 # Tolerations), so node conditions never evict or block a daemon.
 _DAEMON_TOLERATIONS: tuple[Obj, ...] = (
@@ -117,61 +117,6 @@ def _oldest_first(pods: Iterable[Obj]) -> list[Obj]:
 # --- node matching (the DaemonSet controller's NodeShouldRunDaemonPod) -----------------------
 
 
-def _node_requirement_matches(expr: Mapping[str, Any], values_of: Mapping[str, str]) -> bool:
-    """One NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt)."""
-    key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
-    present = key in values_of
-    if op == "In":
-        return present and values_of[key] in values
-    if op == "NotIn":
-        return not present or values_of[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(values_of[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def _affinity_matches(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """Required node affinity: any term matches, and a term needs all its requirements."""
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = required.get("nodeSelectorTerms")
-    if not terms:
-        return True
-    labels = node["metadata"].get("labels") or {}
-    fields = {"metadata.name": node["metadata"]["name"]}
-    for term in terms:
-        exprs = term.get("matchExpressions") or []
-        field_exprs = term.get("matchFields") or []
-        if not exprs and not field_exprs:
-            continue  # an empty term matches nothing
-        if all(_node_requirement_matches(e, labels) for e in exprs) and all(
-            _node_requirement_matches(e, fields) for e in field_exprs
-        ):
-            return True
-    return False
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """Toleration.ToleratesTaint: an empty effect or an `Exists` without key match widely."""
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    op = toleration.get("operator") or "Equal"
-    if op == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
-        taint.get("value") or ""
-    )
-
-
 def daemon_pod_tolerations(spec: Mapping[str, Any]) -> list[Obj]:
     """The template's tolerations plus the ones the real controller adds to daemon pods."""
     tolerations = [dict(t) for t in spec.get("tolerations") or ()]
@@ -189,18 +134,9 @@ def node_should_run(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     node affinity, and every NoSchedule/NoExecute taint tolerated."""
     if _terminating(node):
         return False
-    labels = node["metadata"].get("labels") or {}
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+    if not pod_spec_matches_node(spec, node):
         return False
-    if not _affinity_matches(spec, node):
-        return False
-    tolerations = daemon_pod_tolerations(spec)
-    for taint in (node.get("spec") or {}).get("taints") or ():
-        if taint.get("effect") not in _BLOCKING_EFFECTS:
-            continue
-        if not any(_tolerates(t, taint) for t in tolerations):
-            return False
-    return True
+    return untolerated_taint(daemon_pod_tolerations(spec), node) is None
 
 
 def pin_to_node(spec: Obj, node: str) -> None:
