@@ -24,7 +24,7 @@ from sim.cluster import example
 from sim.cluster.cluster import ClusterSpec, SimCluster
 from sim.cluster.demo import create_objects, delete_objects, wait_clean, wait_ready
 from sim.cluster.evidence import EvidenceChain
-from sim.cluster.inprocess import InProcessCtl, InProcessImexLauncher
+from sim.cluster.inprocess_imex import InProcessCtl, InProcessImexLauncher
 from sim.cluster.leftovers import process_leftovers
 
 CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
