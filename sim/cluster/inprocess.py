@@ -13,8 +13,9 @@ loop instead; only the process boundary is replaced, through hooks the driver ex
   `daemon check` as `agent.cli.check_daemon`, each given the container's env as a mapping;
   SIGTERM sets the daemon's stop event;
 - fake `nvidia-imex` (module `inprocess_imex`): the supervisor's `ImexLauncher` hook
-  (`InProcessImexLauncher`) runs `sim.fakeimex`'s daemon as a task; signals go to its handlers, its log lines feed the
-  stdout reader the supervisor forwards, and strays are found among the tasks;
+  (`InProcessImexLauncher`) runs `sim.fakeimex`'s daemon as a task; signals go to its
+  handlers, its log lines feed the stdout reader the supervisor forwards, and strays are
+  found among the tasks;
 - `nvidia-imex-ctl -q`: the `CtlRunner` hook (`InProcessCtl`) runs the fake tool's own
   parsing and printing with an asyncio exchange instead of a blocking socket.
 
