@@ -11,6 +11,7 @@ condition) instead of retrying silently.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -221,6 +222,16 @@ class Reconciler:
             if kept is None:
                 continue
             md = _md(clique)
+            # The pod cache can lag the clique cache (a dropped watch, a re-list): a daemon
+            # that just joined would look stale and lose its entry (reference sigs#1418).
+            # Removing is destructive, so ask the server which daemon pods exist first.
+            live = await call(self._core.list_namespaced_pod, md["namespace"],
+                              label_selector=f"{names.LABEL_COMPUTE_DOMAIN}={uid}",
+                              _preload_content=False)
+            pods = json.loads(live.data).get("items") or ()
+            kept = status.prune_clique_daemons(clique, status.pod_node_names(pods))
+            if kept is None:
+                continue
             body = {**clique, "daemons": kept}
             try:
                 await call(self._custom.replace_namespaced_custom_object, names.GROUP,

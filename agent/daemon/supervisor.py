@@ -114,6 +114,7 @@ class ImexSupervisor:
         self._mappings: dict[int, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.running = asyncio.Event()
+        self._poller: ReadinessPoller | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -151,7 +152,7 @@ class ImexSupervisor:
         if not self._dns and isinstance(self.membership, LegacyMembership):
             # IP mode: the nodes config must list every peer before IMEX starts.
             await self.membership.wait_for_num_nodes()
-        poller = ReadinessPoller(
+        poller = self._poller = ReadinessPoller(
             self._query_state,
             self._report_readiness,
             interval=self._poll_interval,
@@ -225,7 +226,17 @@ class ImexSupervisor:
             (d for d in mine if (d.get("nodeName") or d.get("name")) == ident.node_name), None
         )
         if own is None:
-            return  # our entry is not there (yet): never start IMEX without it
+            if self.index is not None and self.membership is not None:
+                # We had joined, and someone removed our entry while we run (a controller
+                # that pruned from a lagging cache, an admin's edit): peers would drop us
+                # for good, so put it back. Never start IMEX without an entry.
+                log.warning("our entry in clique %s disappeared while running; joining again",
+                            ident.clique_id)
+                await self.membership.join(ident.pod_ip)
+                if self._poller is not None:
+                    self._poller.ready = None  # the new entry says NotReady: report again
+                    self._poller.poke()
+            return
         mappings = {
             int(d.get("index", 0)): d.get("ipAddress", "") for d in mine if d.get("ipAddress")
         }

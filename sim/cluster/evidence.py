@@ -295,12 +295,14 @@ class EvidenceChain:
 
     def _clique_entries(self, snap: Snapshot, nodes: Sequence[str]) -> tuple[bool, str, str, Obj]:
         entries: dict[str, Obj] = {}
+        others: dict[str, str] = {}
         cliques: list[str] = []
         for clique in snap.cliques:
             if not _md(clique)["name"].startswith(f"{self.uid}."):
                 continue
             cliques.append(_md(clique)["name"])
             for d in clique.get("daemons") or ():
+                others[d.get("nodeName", "")] = f"{d.get('status')}, index {d.get('index')}"
                 if d.get("status") == names.STATUS_READY:
                     entries[d.get("nodeName", "")] = {
                         "index": d.get("index"),
@@ -315,6 +317,10 @@ class EvidenceChain:
             if example
             else ""
         )
+        missing = sorted(set(nodes) - set(on_nodes))
+        if missing and on_nodes:
+            shown = ", ".join(f"{n} ({others.get(n, 'no entry')})" for n in missing[:5])
+            detail = f"not Ready: {shown}; {detail}"
         ok = bool(nodes) and len(on_nodes) == len(nodes)
         return ok, _fraction(len(on_nodes), len(nodes)), detail, {"entries": on_nodes}
 

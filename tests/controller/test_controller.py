@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 from controller_env import DRIVER_NS, Api, ControllerThread, make_config, wait_for
 from kubernetes import client
@@ -80,6 +83,32 @@ def test_clique_entries_without_a_daemon_pod_are_pruned(controller, api):
             names.clique_object_name(uid, "c1"))
         return [d["nodeName"] for d in obj.get("daemons") or []]
     wait_for(lambda: daemons() == ["n1"], what="pruning")
+
+
+def test_a_lagging_pod_cache_never_prunes_a_live_daemon(api):
+    """The pod cache can miss a daemon pod the clique cache already lists (a dropped watch,
+    a re-list): the reference then pruned live entries (sigs#1418). Only entries whose pod
+    the server itself does not have go."""
+    from controller.events import EventRecorder
+    from controller.reconcile import Reconciler
+
+    cd = api.create_cd("cd1")
+    uid = cd["metadata"]["uid"]
+    api.daemon_pod("d1", uid, "n1", clique_id="c1", ip="10.0.0.1")
+    api.clique(uid, "c1", [
+        {"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c1", "index": 0},
+        {"nodeName": "gone", "ipAddress": "10.0.0.9", "cliqueID": "c1", "index": 1}])
+    name = names.clique_object_name(uid, "c1")
+
+    def read() -> dict:
+        return api.custom.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES, name)
+
+    lagging = SimpleNamespace(pods=SimpleNamespace(items={}),  # knows no daemon pod at all
+                              cliques=SimpleNamespace(items={f"{DRIVER_NS}/{name}": read()}))
+    reconciler = Reconciler(api.api, make_config(), lagging, EventRecorder(api.api, "test"))
+    asyncio.run(reconciler._prune_cliques(uid))
+    assert [d["nodeName"] for d in read()["daemons"]] == ["n1"]
 
 
 def test_deletion_order_and_the_cd_goes_last(apiserver, controller, api):

@@ -279,6 +279,31 @@ def test_own_index_change_restarts_imex(domain, k8s):
     assert d.imex()["node_id"] == 5
 
 
+def test_an_entry_removed_by_someone_else_comes_back(domain, k8s):
+    """A controller pruning from a lagging cache (or an admin's edit) removes a live
+    daemon's entry: the daemon puts it back instead of silently dropping out of the
+    domain for good."""
+    start, clique, _ = domain
+    first = start(1)
+    start(2)
+    wait_for(lambda: len([d for d in clique() if d.get("status") == "Ready"]) == 2,
+             what="two Ready entries")
+    custom = client.CustomObjectsApi(k8s)
+    name = names.clique_object_name(first.env["COMPUTE_DOMAIN_UUID"], CLIQUE)
+    obj = custom.get_namespaced_custom_object(
+        names.GROUP, names.VERSION, NS, names.PLURAL_CLIQUES, name
+    )
+    obj["daemons"] = [d for d in obj["daemons"] if d["nodeName"] != "n2"]
+    custom.replace_namespaced_custom_object(
+        names.GROUP, names.VERSION, NS, names.PLURAL_CLIQUES, name, obj
+    )
+    wait_for(
+        lambda: any(d["nodeName"] == "n2" and d.get("status") == "Ready" for d in clique()),
+        what="the removed entry back and Ready",
+    )
+    assert sorted(d["index"] for d in clique()) == [0, 1]
+
+
 def test_ip_mode_waits_for_num_nodes_then_lists_peer_ips(apiserver, k8s, project_crds, tmp_path):
     core, _, cd = cluster_with_domain(k8s, "ipcd", num_nodes=2)
     bins = tmp_path / "bin"
