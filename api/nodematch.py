@@ -1,6 +1,7 @@
 """Whether a pod may go to a node, as kube-scheduler and the DaemonSet controller decide
 it: nodeSelector, required node affinity (NodeSelector terms), taints and tolerations.
-One implementation for both, so they can never disagree about a node."""
+One implementation for the simulated cluster's scheduler and DaemonSet controller and for
+`diagnose` (which nodes a pending pod waits for), so they can never disagree."""
 
 from __future__ import annotations
 

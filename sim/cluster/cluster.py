@@ -17,6 +17,12 @@
 With `ClusterSpec(in_process=True)` (scale: hundreds of nodes) the agents, the daemon
 containers and the fake `nvidia-imex` daemons run as tasks of this process instead, on the
 same driver code (`sim.cluster.inprocess`); the controller stays a process.
+
+Tests that break the driver on purpose get the knobs an admin or an outage has:
+`ClusterSpec.controller_env` / `agent_env` override what the manifests set (as editing the
+Deployment or DaemonSet would), `stop_agent` / `start_agent` take a node's agent away and
+bring it back, and `slice_wipe_delay` is how long after an agent deregistered its kubelet
+deletes the node's ResourceSlices (kubelet's 30 s by default).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +54,7 @@ from sim.cluster import manifests
 from sim.cluster.claims import ClaimController
 from sim.cluster.hostimex import HostImex
 from sim.cluster.inprocess import InProcessAgent, InProcessHost
-from sim.cluster.kubelet import SimKubelet, container_env
+from sim.cluster.kubelet import WIPE_SLICES_AFTER, SimKubelet, container_env
 from sim.cluster.node import NodeHost, node_ip, random_network
 from sim.cluster.processes import ManagedProcess, free_port
 from sim.cluster.scheduler import Scheduler
@@ -86,6 +92,11 @@ class ClusterSpec:
     verbosity: int = 4
     in_process: bool = False  # agents, daemons and fake IMEX as tasks (scale; see inprocess)
     network: str | None = None  # the nodes' 127.A.B.N addresses; default: a random 127.A.B
+    # Seconds after an agent deregistered until its kubelet deletes the node's slices.
+    slice_wipe_delay: float = WIPE_SLICES_AFTER
+    # Merged over the env the manifests give the controller / each agent (last word).
+    controller_env: Mapping[str, str] = field(default_factory=dict)
+    agent_env: Mapping[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -96,6 +107,8 @@ class ClusterSpec:
             raise ValueError("at most 254 nodes (one 127.A.B.N address each)")
         if self.non_fabric < 0:
             raise ValueError(f"non_fabric must not be negative (got {self.non_fabric})")
+        if self.slice_wipe_delay < 0:
+            raise ValueError(f"slice_wipe_delay must not be negative (got {self.slice_wipe_delay})")
         cliques = self.clique_count
         if not 1 <= cliques <= self.nodes:
             raise ValueError(f"cliques must be between 1 and the node count {self.nodes}")
@@ -202,11 +215,12 @@ class SimCluster:
         for index, (name, clique) in enumerate(self.spec.layout(), start=1):
             await self._add_node(name, index, clique)
         self.controller_port = free_port("127.0.0.1")
+        controller_env = self._manifest_env(
+            "Deployment", "compute-domain-controller-sim", "", "127.0.0.1"
+        )
+        controller_env.update(self.spec.controller_env)
         self.controller = ManagedProcess(
-            "controller",
-            self._controller_argv(),
-            self.root / "controller.log",
-            self._manifest_env("Deployment", "compute-domain-controller-sim", "", "127.0.0.1"),
+            "controller", self._controller_argv(), self.root / "controller.log", controller_env
         )
         await self.controller.start()
         await asyncio.gather(*(n.agent.start() for n in self.nodes.values()))
@@ -266,11 +280,13 @@ class SimCluster:
             backoff_base=0.5,
             backoff_cap=5.0,
             executor=self.in_process.executor if self.in_process is not None else None,
+            wipe_slices_after=self.spec.slice_wipe_delay,
         )
         env = self._manifest_env(
             "DaemonSet", f"compute-domain-kubelet-plugin-{name}", name, ip
         )
         env[names.ENV_KUBECONFIG] = str(self.kubeconfigs["agent"])
+        env.update(self.spec.agent_env)
         argv = self._agent_argv(host, ip)
         agent: ManagedProcess | InProcessAgent
         if self.in_process is not None:
@@ -385,6 +401,24 @@ class SimCluster:
         agent = self.nodes[node].agent
         await (agent.kill() if kill else agent.stop())
         await agent.start()
+
+    async def stop_agent(self, node: str, timeout: float = 10.0) -> None:
+        """Stop the node's agent gracefully (SIGTERM: it removes its sockets) and keep it
+        stopped; returns once the node's kubelet has deregistered it, so the slice wipe
+        (`slice_wipe_delay`) is counting."""
+        sim_node = self.nodes[node]
+        await sim_node.agent.stop()
+        await sim_node.kubelet.watcher.wait_deregistered(names.DRIVER_NAME, timeout=timeout)
+
+    async def start_agent(self, node: str, timeout: float = 30.0) -> None:
+        """Start a stopped agent again on the same state; returns once its kubelet has
+        registered it (which also calls off a pending slice wipe)."""
+        sim_node = self.nodes[node]
+        await sim_node.agent.start()
+        try:
+            await sim_node.kubelet.watcher.wait_registered(names.DRIVER_NAME, timeout=timeout)
+        except TimeoutError as err:
+            raise RuntimeError(f"{err}\n{sim_node.agent.log_tail()}") from None
 
     async def restart_controller(self, *, kill: bool = True) -> None:
         assert self.controller is not None

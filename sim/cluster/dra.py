@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -115,11 +115,24 @@ class PluginWatcher:
     NotifyRegistrationStatus. A socket that cannot be reached yet is retried on the next
     poll (the plugin may still be starting); one that was refused is not asked again
     until its file is replaced. A plugin is deregistered when its socket disappears.
+
+    `on_registered` / `on_deregistered` get the driver name whenever a driver gains or
+    loses its registration, so the kubelet can act on it as kubelet's DRA handler does
+    (wipe the driver's ResourceSlices a while after it went away, unless it came back).
     """
 
-    def __init__(self, registry_dir: Path, poll: float = 0.2) -> None:
+    def __init__(
+        self,
+        registry_dir: Path,
+        poll: float = 0.2,
+        *,
+        on_registered: Callable[[str], None] | None = None,
+        on_deregistered: Callable[[str], None] | None = None,
+    ) -> None:
         self.registry_dir = Path(registry_dir)
         self.poll = poll
+        self.on_registered = on_registered
+        self.on_deregistered = on_deregistered
         self.plugins: dict[str, RegisteredPlugin] = {}
         # Registration socket -> why it was refused (for tests and status reporting).
         self.refused: dict[Path, str] = {}
@@ -175,6 +188,8 @@ class PluginWatcher:
         for name, plugin in list(self.plugins.items()):
             if plugin.socket == path:
                 del self.plugins[name]
+                if self.on_deregistered is not None:
+                    self.on_deregistered(name)
 
     async def _register(self, path: Path) -> bool:
         """Run the handshake on one socket; False means "try again on the next poll"."""
@@ -194,6 +209,8 @@ class PluginWatcher:
             # A later registration of the same driver replaces the earlier one.
             self.plugins[plugin.name] = plugin
             self.refused.pop(path, None)
+            if self.on_registered is not None:
+                self.on_registered(plugin.name)
             await self._notify(stub, True, "")
             return True
 

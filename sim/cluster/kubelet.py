@@ -14,7 +14,10 @@ the real agent through `dra.py` (the same gRPC contract as kubelet):
   default (`ProcessExecutor`), tasks of this process at scale (`sim.cluster.inprocess`);
   any other container is a workload that counts as running once its claims are prepared;
 - deletion is graceful: SIGTERM, grace period, SIGKILL, unprepare, then the final
-  grace-0 delete that lets the emulator drop the pod.
+  grace-0 delete that lets the emulator drop the pod;
+- a DRA driver that deregisters (its registration socket is gone) loses its ResourceSlices
+  of this node after `wipe_slices_after` seconds unless it registers again in between, as
+  kubelet's DRA handler does (30 s there, so a restarting plugin does not churn them).
 
 Simplifications: init containers, images and volumes are ignored; restartPolicy is
 always treated as Always; one pod IP (a loopback address) stands for the node and its pods.
@@ -61,6 +64,8 @@ MOUNT_ENV: Mapping[str, str] = MappingProxyType({names.IMEXD_DIR: "IMEXD_DIR"})
 PREPARE_FAILED = "FailedPrepareDynamicResources"
 # How often waits on caches re-check state that no informer reports (e.g. plugin sockets).
 _POLL = 0.1
+# kubelet's wipingDelay: how long a deregistered DRA driver's ResourceSlices outlive it.
+WIPE_SLICES_AFTER = 30.0
 
 
 def _now() -> str:
@@ -689,7 +694,8 @@ class SimKubelet:
 
     `env_extra` reaches every executed container; `{pod_dir}` in a value becomes the pod's
     own directory (where its hosts file, logs and views live). `executor` runs them
-    (default: real processes).
+    (default: real processes). `wipe_slices_after` (None: never) is the delay after which
+    a deregistered driver's ResourceSlices of this node are deleted.
     """
 
     def __init__(
@@ -710,6 +716,7 @@ class SimKubelet:
         driver_name: str = names.DRIVER_NAME,
         plugin_poll: float = 0.2,
         executor: ContainerExecutor | None = None,
+        wipe_slices_after: float | None = WIPE_SLICES_AFTER,
     ) -> None:
         self.api = api_client
         self.executor: ContainerExecutor = executor or ProcessExecutor()
@@ -726,12 +733,22 @@ class SimKubelet:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.driver_name = driver_name
-        self.watcher = PluginWatcher(Path(registry_dir), poll=plugin_poll)
+        self.wipe_slices_after = wipe_slices_after
+        self.watcher = PluginWatcher(
+            Path(registry_dir),
+            poll=plugin_poll,
+            on_registered=self._cancel_wipe,
+            on_deregistered=self._schedule_wipe,
+        )
         self.dra = DraClient()
         self.pods: Informer | None = None
         self.claims: Informer | None = None
         self.workers: dict[str, tuple[_PodWorker, asyncio.Task[None]]] = {}
         self._watcher_task: asyncio.Task[None] | None = None
+        # Driver name -> its pending ResourceSlice wipe.
+        self._wipes: dict[str, asyncio.Task[None]] = {}
+        # Names of the ResourceSlices this kubelet wiped, oldest first (for tests).
+        self.wiped_slices: list[str] = []
 
     def executes(self, container: Mapping[str, Any]) -> bool:
         """Whether a container is executed (the driver's daemon) or only simulated."""
@@ -777,6 +794,49 @@ class SimKubelet:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watcher_task
         await self.watcher.stop()
+        for driver in list(self._wipes):
+            self._cancel_wipe(driver)
+
+    # --- ResourceSlices of deregistered drivers ----------------------------------------
+
+    def _schedule_wipe(self, driver: str) -> None:
+        """The driver deregistered: its slices go after the delay unless it comes back."""
+        if self.wipe_slices_after is None:
+            return
+        self._cancel_wipe(driver)
+        task = asyncio.get_running_loop().create_task(
+            self._wipe_later(driver, self.wipe_slices_after),
+            name=f"kubelet-{self.node_name}-wipe-{driver}",
+        )
+        self._wipes[driver] = task
+        task.add_done_callback(lambda t, d=driver: self._wipe_done(d, t))
+
+    def _cancel_wipe(self, driver: str) -> None:
+        """The driver registered (again): the slices it publishes are current."""
+        task = self._wipes.pop(driver, None)
+        if task is not None:
+            task.cancel()
+
+    def _wipe_done(self, driver: str, task: asyncio.Task[None]) -> None:
+        if self._wipes.get(driver) is task:
+            del self._wipes[driver]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("wiping the ResourceSlices of %s failed: %s", driver, task.exception())
+
+    async def _wipe_later(self, driver: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        selector = f"spec.nodeName={self.node_name},spec.driver={driver}"
+        listing = await call(self.resource.list_resource_slice, field_selector=selector)
+        for item in listing.items:
+            name = item.metadata.name
+            try:
+                await call(self.resource.delete_resource_slice, name)
+            except client.ApiException as err:
+                if err.status != 404:
+                    raise
+                continue
+            self.wiped_slices.append(name)
+            log.info("wiped ResourceSlice %s of deregistered driver %s", name, driver)
 
     def _on_pod(self, pod: Obj) -> None:
         assert self.pods is not None

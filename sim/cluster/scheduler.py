@@ -22,9 +22,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api.kube import Informer, call
+from api.nodematch import node_selector_matches, pod_spec_matches_node, untolerated_taint
 from sim.cluster.cel import SelectorEvaluator
 from sim.cluster.claims import claim_lister
-from sim.cluster.nodematch import node_selector_matches, pod_spec_matches_node, untolerated_taint
 
 log = logging.getLogger(__name__)
 

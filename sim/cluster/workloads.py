@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes import client
 
 from api.kube import Informer, call, error_text, status_of
-from sim.cluster.nodematch import pod_spec_matches_node, untolerated_taint
+from api.nodematch import pod_spec_matches_node, untolerated_taint
 
 log = logging.getLogger(__name__)
 

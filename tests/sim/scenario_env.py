@@ -140,3 +140,23 @@ def channel_devices(view: Obj) -> list[str]:
         for d in view.get("deviceNodes") or ()
         if d["path"].startswith("/dev/nvidia-caps-imex-channels/")
     ]
+
+
+async def node_slices(cluster: SimCluster, node: str) -> list[Obj]:
+    """The driver's ResourceSlices of `node`, as the admin lists them (kubelet wipes these
+    when the node's agent has been deregistered for longer than `slice_wipe_delay`)."""
+    assert cluster.admin is not None
+    resource = client.ResourceV1Api(cluster.admin)
+    selector = f"spec.nodeName={node},spec.driver={names.DRIVER_NAME}"
+    listing = await call(resource.list_resource_slice, field_selector=selector)
+    return [cluster.admin.sanitize_for_serialization(s) for s in listing.items]
+
+
+def daemon_logs(cluster: SimCluster, node: str) -> str:
+    """Everything the daemon pods' containers on `node` wrote (all restarts), so a test can
+    look for what a daemon reports when it cannot do its job."""
+    pods_dir = cluster.nodes[node].host.pods_dir
+    return "".join(
+        path.read_text(errors="replace")
+        for path in sorted(pods_dir.glob(f"{cluster.namespace}_*/*.log"))
+    )
