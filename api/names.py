@@ -242,3 +242,18 @@ ENV_LEADER_ELECTION_LEASE_DURATION: Final = "LEADER_ELECTION_LEASE_DURATION"
 ENV_LEADER_ELECTION_RENEW_DEADLINE: Final = "LEADER_ELECTION_RENEW_DEADLINE"
 ENV_LEADER_ELECTION_RETRY_PERIOD: Final = "LEADER_ELECTION_RETRY_PERIOD"
 DEFAULT_LEADER_ELECTION_LEASE_NAME: Final = "nvidia-compute-domain-controller"
+
+# --- Events (the kubelet plugin's, on the pods in a claim's status.reservedFor) -------
+# `kubectl describe pod` and `diagnose` read these: why a Prepare waits, fails or succeeded.
+
+EVENT_COMPONENT_PLUGIN: Final = "compute-domain-kubelet-plugin"
+# Warning, driverManaged: Prepare waits for this node's IMEX daemon to be Ready.
+EVENT_CHANNEL_WAITING: Final = "ComputeDomainChannelWaiting"
+# Warning, hostManaged: the host nvidia-imex probe did not answer READY.
+EVENT_HOST_IMEX_NOT_READY: Final = "HostIMEXNotReady"
+# Warning: a permanent error, or a retryable one still failing when the Prepare call ends.
+EVENT_PREPARE_FAILED: Final = "ComputeDomainPrepareFailed"
+# Normal: a channel claim's first successful Prepare (node, channels, CDI device IDs).
+EVENT_CHANNEL_PREPARED: Final = "ComputeDomainChannelPrepared"
+# Warning: prepared on a node without an NVLink clique: no IMEX channel device injected.
+EVENT_NO_CHANNEL: Final = "NoIMEXChannel"

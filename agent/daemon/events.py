@@ -1,39 +1,31 @@
 """Warning Events on the daemon's own pod, so `kubectl describe pod` of the daemon pod says
 why this node's IMEX daemon is not Ready (a crash loop, a start that never finishes).
 
-Events are best effort and must never hold up or stop the supervisor: `warning()` only
-schedules the write and returns at once, a write is bounded by a request timeout, at most a
-few are in flight (more are dropped with a log line), and an API error (including a 403 from
-RBAC that lacks `events: create`) is logged and forgotten. Each reason is written at most
-once per `interval` (default a minute): a crash-looping IMEX yields one Event per minute,
-not one per crash; the skipped repeats are counted in the next Event's message.
+A thin layer over `api.events.EventRecorder` (best effort, never blocking, bounded in
+flight, an API error only logged): the involvedObject is always this daemon's pod, and each
+reason is written at most once per `interval` (default a minute), so a crash-looping IMEX
+yields one Event per minute, not one per crash, the skipped repeats counted in the next one.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import signal
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from kubernetes import client
 
 from agent.daemon.identity import DaemonIdentity
-from api.kube import call, error_text
+from api.events import DEFAULT_INTERVAL, EventRecorder, pod_ref
 
 log = logging.getLogger(__name__)
 
 COMPONENT: Final = "compute-domain-daemon"
 REASON_EXITED: Final = "IMEXDaemonExited"
 REASON_NOT_READY: Final = "IMEXDaemonNotReady"
-DEFAULT_INTERVAL: Final = 60.0
-_MAX_IN_FLIGHT: Final = 4
-_REQUEST_TIMEOUT: Final = 10.0
-_MESSAGE_LIMIT: Final = 1024  # the API rejects longer Event messages
 
 
 def exited_message(code: int, ran: float, restart: int, delay: float) -> str:
@@ -63,82 +55,26 @@ class PodEvents:
         interval: float = DEFAULT_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._core = client.CoreV1Api(api)
-        self._identity = identity
-        self._interval = interval
-        self._clock = clock
-        self._last: dict[str, float] = {}  # reason -> when its last Event was scheduled
-        self._skipped: dict[str, int] = {}  # reason -> repeats suppressed since then
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._recorder = EventRecorder(api, COMPONENT, identity.node_name, interval=interval,
+                                       clock=clock, logger=log)
+        self._pod = pod_ref(identity.pod_name, identity.pod_namespace, identity.pod_uid)
+
+    @property
+    def _core(self) -> client.CoreV1Api:
+        return self._recorder._core
+
+    @_core.setter
+    def _core(self, core: client.CoreV1Api) -> None:  # tests put a fake API here
+        self._recorder._core = core
 
     def warning(self, reason: str, message: str) -> bool:
         """Schedule a Warning Event unless `reason` had one within `interval`; never raises.
         True if one was scheduled."""
-        try:
-            return self._schedule(reason, message)
-        except Exception:  # a bug here must not take the supervisor down
-            log.exception("could not schedule event %s", reason)
-            return False
-
-    def _schedule(self, reason: str, message: str) -> bool:
-        now = self._clock()
-        last = self._last.get(reason)
-        if last is not None and now - last < self._interval:
-            self._skipped[reason] = self._skipped.get(reason, 0) + 1
-            log.debug("event %s rate-limited: %s", reason, message)
-            return False
-        if len(self._tasks) >= _MAX_IN_FLIGHT:
-            log.warning("dropping event %s (%d writes still in flight): %s", reason,
-                        len(self._tasks), message)
-            return False
-        skipped = self._skipped.pop(reason, 0)
-        if skipped:
-            message += f" ({skipped} more since the last such event)"
-        self._last[reason] = now
-        task = asyncio.get_running_loop().create_task(self._write(reason, message))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return True
+        return self._recorder.warning(self._pod, reason, message)
 
     def body(self, reason: str, message: str) -> dict[str, Any]:
-        ident = self._identity
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        involved = {"apiVersion": "v1", "kind": "Pod", "name": ident.pod_name,
-                    "namespace": ident.pod_namespace}
-        if ident.pod_uid:
-            involved["uid"] = ident.pod_uid
-        return {
-            "metadata": {"generateName": f"{ident.pod_name}-", "namespace": ident.pod_namespace},
-            "involvedObject": involved,
-            "reason": reason, "message": message[:_MESSAGE_LIMIT], "type": "Warning",
-            "count": 1, "firstTimestamp": stamp, "lastTimestamp": stamp,
-            "source": {"component": COMPONENT, "host": ident.node_name},
-            "reportingComponent": COMPONENT, "reportingInstance": ident.node_name,
-        }
-
-    async def _write(self, reason: str, message: str) -> None:
-        ident = self._identity
-        try:
-            await call(self._core.create_namespaced_event, ident.pod_namespace,
-                       self.body(reason, message), _request_timeout=_REQUEST_TIMEOUT)
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # best effort: log and go on
-            log.warning("could not record event %s on pod %s/%s: %s", reason,
-                        ident.pod_namespace, ident.pod_name, error_text(err))
-            return
-        log.info("recorded event %s on pod %s/%s: %s", reason, ident.pod_namespace,
-                 ident.pod_name, message)
+        return self._recorder.body(self._pod, reason, message)
 
     async def close(self, timeout: float = 2.0) -> None:
-        """Give writes in flight a moment to finish (the last Event is often the useful
-        one), then cancel the rest."""
-        tasks = list(self._tasks)
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
-        for task in pending:
-            task.cancel()
-        for task in pending:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        """Give writes in flight a moment to finish, then cancel the rest."""
+        await self._recorder.close(timeout)

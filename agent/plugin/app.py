@@ -41,7 +41,8 @@ from agent.plugin.metrics import MetricsServer, PluginMetrics
 from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
-from api import featuregates, kube
+from api import featuregates, kube, names
+from api.events import EventRecorder
 from cdi.atomic import make_dirs
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class PluginApp:
         self.metrics: PluginMetrics | None = None
         self.health: HealthServer | None = None
         self.metrics_server: MetricsServer | None = None
+        self.events: EventRecorder | None = None
 
     # --- start -----------------------------------------------------------------------
 
@@ -124,8 +126,12 @@ class PluginApp:
             namespace=cfg.namespace)
         self.metrics = PluginMetrics(cfg.node_name)
         self.metrics.set_prepared(checkpoint.prepared_device_counts())
+        # Why a Prepare waits or failed, on the claim's pods (`kubectl describe pod`). One
+        # Prepare can write for several pods and claims at once: more writes in flight.
+        self.events = EventRecorder(self._api, names.EVENT_COMPONENT_PLUGIN, cfg.node_name,
+                                    max_in_flight=16)
         self.driver = Driver(settings, self.cluster, edits, store, checkpoint,
-                             NodeLock(cfg.lock_path), self.metrics)
+                             NodeLock(cfg.lock_path), self.metrics, self.events)
         self.maintenance = Maintenance(
             self.driver, self.cluster.node.claim_exists,
             lambda uid: uid in self.cluster.cds.items, cfg.domains_dir)
@@ -181,6 +187,8 @@ class PluginApp:
                 await server.stop()
         if self.servers is not None:
             await self.servers.stop()
+        if self.events is not None:  # after the last Prepare: flush its Events
+            await self.events.close()
         if self.slices is not None:
             await self.slices.stop()
         if self.cluster is not None:

@@ -6,6 +6,10 @@ PrepareStarted before any side effect and PrepareCompleted after the last one, s
 anywhere leaves a state the next attempt or the next agent finishes or undoes. A workload
 claim whose IMEX daemon is not Ready yet releases the lock and waits on the watch that
 will report the daemon's readiness, then tries again at once.
+
+Each outcome is also recorded as an Event on the pods that reserved the claim
+(claimevents.py): why it waits (once per call), the error kubelet gets, and what a fresh
+Prepare of a channel claim gave the pod (not again on kubelet's idempotent re-Prepare).
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from typing import Any, Protocol
 
 from agent.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, PreparedDevice, PreparedGroup
 from agent.plugin.claimconfig import Group, groups_for, parse_device
+from agent.plugin.claimevents import ChannelOutcome, ClaimEvents, wait_reason
 from agent.plugin.errors import (
     STILL_RETRYING,
     STILL_WAITING,
     ClaimError,
+    HostNotReadyError,
     NotReadyError,
     PermanentError,
     RetryableError,
@@ -34,6 +40,7 @@ from agent.plugin.grpcserver import ClaimRef, PreparedDeviceResult, PrepareResul
 from agent.plugin.metrics import PluginMetrics
 from agent.plugin.nodelock import NodeLock
 from api import names
+from api.events import EventRecorder
 from api.opaque import ComputeDomainChannelConfig
 from cdi.atomic import make_dirs
 
@@ -87,9 +94,11 @@ class DriverSettings:
 class Driver:
     def __init__(self, settings: DriverSettings, cluster: Cluster, edits: DeviceEdits,
                  store: CheckpointStore, checkpoint: Checkpoint, lock: NodeLock,
-                 metrics: PluginMetrics | None = None) -> None:
+                 metrics: PluginMetrics | None = None,
+                 events: EventRecorder | None = None) -> None:
         self._s = settings
         self._metrics = metrics
+        self._events = ClaimEvents(events, settings.node_name) if events is not None else None
         self._cluster = cluster
         self._edits = edits
         self._store = store
@@ -175,13 +184,29 @@ class Driver:
     async def _prepare_until(self, ref: ClaimRef, claim: dict[str, Any], deadline: float
                              ) -> PrepareResult:
         devices: list[PreparedDeviceResult] = []
+        fresh: list[ChannelOutcome] | None = None  # set when this call did the work
+        last: list[Exception] = []
+        waited: set[str] = set()
 
         async def once() -> None:
-            devices[:] = await self._prepare_once(ref, claim)
+            nonlocal fresh
+            try:
+                devices[:], fresh = await self._prepare_once(ref, claim)
+            except Exception as err:  # seen here, handled by _retry
+                last[:] = [err]
+                reason = wait_reason(err)
+                if self._events is not None and reason is not None and reason not in waited:
+                    waited.add(reason)  # once per call; the recorder limits it per minute
+                    self._events.waiting(claim, err)
+                raise
 
         error = await self._retry(once, deadline, str(ref))
         if error:
+            if self._events is not None and not (last and wait_reason(last[0])):
+                self._events.failed(claim, error)
             return PrepareResult(error=error)
+        if self._events is not None and fresh:
+            self._events.prepared(claim, fresh)
         return PrepareResult(devices=tuple(devices))
 
     async def _retry(self, step: Callable[[], Awaitable[None]], deadline: float, what: str
@@ -230,18 +255,20 @@ class Driver:
     # --- prepare ---------------------------------------------------------------------------
 
     async def _prepare_once(self, ref: ClaimRef, claim: dict[str, Any]
-                            ) -> list[PreparedDeviceResult]:
+                            ) -> tuple[list[PreparedDeviceResult], list[ChannelOutcome] | None]:
+        """The devices for kubelet, and what each channel config gave the pod when this
+        call prepared the claim (None when it was already prepared)."""
         self._edits.check_claim_uid(ref.uid)
         async with self._lock.held():
             return await self._prepare_locked(ref, claim)
 
     async def _prepare_locked(self, ref: ClaimRef, claim: dict[str, Any]
-                              ) -> list[PreparedDeviceResult]:
+                              ) -> tuple[list[PreparedDeviceResult], list[ChannelOutcome] | None]:
         status = claim.get("status") or {}
         entry = self.checkpoint.claims.get(ref.uid)
         if entry is not None and entry.state == COMPLETED and self._edits.spec_intact(
                 ref.uid, _results_from(entry)):
-            return _results_from(entry)
+            return _results_from(entry), None
         if entry is not None and entry.state == ABORTED and entry.status_matches(status):
             raise PermanentError(f"stale prepare for claim {ref}: claim prepare was already "
                                  "aborted")
@@ -267,7 +294,22 @@ class Driver:
             state=COMPLETED, status=status, prepared=prepared, name=ref.name,
             namespace=ref.namespace, aborted_at=None)
         self._save()
-        return _results_from(self.checkpoint.claims[ref.uid])
+        outcomes = [self._channel_outcome(g, p)
+                    for g, p in zip(groups, prepared, strict=True) if g.is_channel]
+        return _results_from(self.checkpoint.claims[ref.uid]), outcomes
+
+    def _channel_outcome(self, group: Group, prepared: PreparedGroup) -> ChannelOutcome:
+        """What a prepared channel config gave the pod, in words for its Event."""
+        config = group.config
+        assert isinstance(config, ComputeDomainChannelConfig)
+        if self._s.host_managed:
+            channels = ", ".join(f"channel {d.id}" for d in prepared.devices)
+        elif config.all_channels:
+            channels = f"all {names.MAX_IMEX_CHANNELS} channels"
+        else:
+            channels = "channel 0"
+        return ChannelOutcome(domain_id=prepared.domain_id, channels=channels,
+                              cdi_ids=tuple(i for d in prepared.devices for i in d.cdi_device_ids))
 
     def _check_group(self, group: Group) -> None:
         if group.is_channel:
@@ -338,7 +380,7 @@ class Driver:
                     try:
                         await self._s.host_probe()
                     except Exception as err:
-                        raise RetryableError(
+                        raise HostNotReadyError(
                             f"host nvidia-imex daemon readiness check failed: {err}") from None
                 if clique:
                     edits = self._edits.channel_edits([device.id])

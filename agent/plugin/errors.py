@@ -32,3 +32,8 @@ class NotReadyError(RetryableError):
     def __init__(self, message: str, since: tuple[int, ...]) -> None:
         super().__init__(message)
         self.since = since
+
+
+class HostNotReadyError(RetryableError):
+    """hostManaged: the host's nvidia-imex did not answer READY to the probe. Retried like
+    any RetryableError, but a cause of waiting (not a failure) for the pod's Events."""

@@ -285,8 +285,10 @@ def test_controller_service_account(secured: dict[str, client.ApiClient]) -> Non
 
 
 def test_kubelet_plugin_service_account(secured: dict[str, client.ApiClient]) -> None:
+    from agent.plugin.claimevents import ClaimEvents
     from agent.plugin.nodeops import NodeOps
     from agent.plugin.slices import SlicePublisher
+    from api.events import EventRecorder
 
     sa = secured[SA_PLUGIN]
     custom, core = client.CustomObjectsApi(sa), client.CoreV1Api(sa)
@@ -302,12 +304,24 @@ def test_kubelet_plugin_service_account(secured: dict[str, client.ApiClient]) ->
         await ops.add_cd_label("0f3c2a9e-1b2c-4d5e-8f90-123456789abc")
         await ops.set_clique_label("clique-1")
         await ops.remove_cd_label("0f3c2a9e-1b2c-4d5e-8f90-123456789abc")
+        # Events on a workload pod in a user namespace, written by the plugin's own code.
+        recorder = EventRecorder(sa, names.EVENT_COMPONENT_PLUGIN, "node-1")
+        ClaimEvents(recorder, "node-1").failed(
+            {"metadata": {"name": "c", "namespace": USER_NS, "uid": "claim-uid"},
+             "status": {"reservedFor": [{"resource": "pods", "name": "wl", "uid": "pod-uid"}]}},
+            "prepare failed")
+        await recorder.close()
         return published
 
     published = asyncio.run(agent_calls())
     resource.delete_resource_slice(published["metadata"]["name"])
     labels = core.read_node("node-1").metadata.labels or {}
     assert labels.get(names.LABEL_GPU_CLIQUE) == "clique-1"
+    admin_core = client.CoreV1Api(secured["admin"])
+    [event] = [e for e in admin_core.list_namespaced_event(USER_NS).items
+               if e.involved_object.name == "wl"]
+    assert (event.reason, event.type) == (names.EVENT_PREPARE_FAILED, "Warning")
+    _forbidden(lambda: core.patch_namespaced_event(event.metadata.name, USER_NS, {"count": 2}))
     # Outside its role.
     _forbidden(lambda: core.delete_namespace(USER_NS))
     _forbidden(lambda: core.delete_node("node-1"))

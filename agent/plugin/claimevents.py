@@ -1,0 +1,97 @@
+"""Why a claim's Prepare waits, failed or what it gave the pod, as Events on the pods that
+reserved the claim (`status.reservedFor`), so `kubectl describe pod` and `diagnose` show it
+in the agent's own words next to kubelet's generic FailedPrepareDynamicResources.
+
+Writes go through `api.events.EventRecorder`: fire and forget, rate-limited per pod and
+reason, an API error (a 403 included) only logged. Which Event for which outcome is decided
+here; when (once per call, only on a fresh Prepare) is the driver's business.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.plugin.errors import HostNotReadyError, NotReadyError
+from api import names
+from api.events import EventRecorder, pod_ref
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChannelOutcome:
+    """What one channel config of a freshly prepared claim gave the pod."""
+
+    domain_id: str
+    channels: str  # "channel 0", "all 2048 channels"
+    cdi_ids: tuple[str, ...]  # empty: no channel device injected (no NVLink clique)
+
+
+def wait_reason(err: BaseException) -> str | None:
+    """The Event reason when `err` means "waiting for IMEX", else None."""
+    if isinstance(err, NotReadyError):
+        return names.EVENT_CHANNEL_WAITING
+    if isinstance(err, HostNotReadyError):
+        return names.EVENT_HOST_IMEX_NOT_READY
+    return None
+
+
+def reserving_pods(claim: dict[str, Any]) -> list[dict[str, str]]:
+    """involvedObjects for the pods in the claim's status.reservedFor."""
+    meta = claim.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    pods = []
+    for consumer in (claim.get("status") or {}).get("reservedFor") or ():
+        if consumer.get("resource") == "pods" and not consumer.get("apiGroup") and \
+                consumer.get("name"):
+            pods.append(pod_ref(consumer["name"], namespace, consumer.get("uid") or ""))
+    return pods
+
+
+class ClaimEvents:
+    def __init__(self, recorder: EventRecorder, node_name: str) -> None:
+        self._recorder = recorder
+        self._node = node_name
+
+    def waiting(self, claim: dict[str, Any], err: BaseException) -> None:
+        """A workload claim waits for IMEX (this node's daemon, or the host's)."""
+        reason = wait_reason(err)
+        if reason is not None:
+            self._warn(claim, reason, str(err))
+
+    def failed(self, claim: dict[str, Any], error: str) -> None:
+        """The error that goes back to kubelet (permanent, or retryable and still failing)."""
+        self._warn(claim, names.EVENT_PREPARE_FAILED, error)
+
+    def prepared(self, claim: dict[str, Any], outcomes: Iterable[ChannelOutcome]) -> None:
+        """A channel claim's first successful Prepare: what it gave the pod, or that it
+        gave none (the reference succeeds silently there)."""
+        outcomes = list(outcomes)
+        uid = (claim.get("metadata") or {}).get("uid") or ""
+        with_channel = [o for o in outcomes if o.cdi_ids]
+        without = [o for o in outcomes if not o.cdi_ids]
+        if with_channel:
+            what = "; ".join(
+                f"{o.channels} of ComputeDomain {o.domain_id}, CDI devices "
+                f"{', '.join(o.cdi_ids)}" for o in with_channel)
+            message = f"prepared on node {self._node}: {what}"
+            for pod in reserving_pods(claim):
+                self._recorder.normal(pod, names.EVENT_CHANNEL_PREPARED, message, key=uid)
+        if without:
+            domains = ", ".join(sorted({o.domain_id for o in without}))
+            message = (f"prepared on node {self._node}, which has no NVLink clique ID: no IMEX "
+                       f"channel device was injected for ComputeDomain {domains}; the pod runs "
+                       "without Multi-Node NVLink (MNNVL)")
+            for pod in reserving_pods(claim):
+                self._recorder.warning(pod, names.EVENT_NO_CHANNEL, message, key=uid)
+
+    def _warn(self, claim: dict[str, Any], reason: str, message: str) -> None:
+        pods = reserving_pods(claim)
+        if not pods:
+            log.debug("no pod reserves claim %s: no %s event",
+                      (claim.get("metadata") or {}).get("name"), reason)
+        for pod in pods:
+            self._recorder.warning(pod, reason, message)
