@@ -1,0 +1,121 @@
+"""`compute-domain-agent diagnose NAMESPACE/NAME`: the flags, one read of the cluster, the
+seven boundaries in order, the report. Exit status: 0 every boundary ok, 1 a stable
+failure, 3 only an expected bootstrap delay so far, 2 bad arguments or no API server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from agent.diagnose import cluster_checks, node_checks
+from agent.diagnose.facts import DRIVER_MANAGED, HOST_MANAGED, Facts, gather
+from agent.diagnose.reader import Reader, ReadError
+from agent.diagnose.report import BROKEN, EXIT_USAGE, SKIPPED, Boundary, Report
+from api import names
+from api.cli import Subcommands, env_option, parse_duration
+
+DEFAULT_DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
+DEFAULT_GRACE_S = 120.0
+
+
+def add_command(sub: Subcommands, environ: Mapping[str, str] | None = None) -> None:
+    p = sub.add_parser(
+        "diagnose", help="find the first broken boundary of a ComputeDomain (read-only)",
+        description="Follow a ComputeDomain's evidence chain through the API (installation, "
+        "node publication, controller reconciliation, allocation, node bootstrap, "
+        "injection, cleanup) and name the first boundary that is not ok, with the next "
+        "command to run. Only reads. Exit status: 0 all ok, 1 broken, 3 still bootstrapping "
+        "(expected delay), 2 bad arguments or API server unreachable.")
+    p.add_argument("domain", metavar="NAMESPACE/NAME", help="the ComputeDomain")
+    env_option(p, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
+               help="kubeconfig file; empty means in-cluster configuration", environ=environ)
+    # Not bound to $NAMESPACE as the driver's own flags are: in an admin's shell that
+    # variable means anything.
+    p.add_argument("--driver-namespace", default=DEFAULT_DRIVER_NAMESPACE,
+                   help="namespace the driver (controller, daemons, cliques) runs in "
+                   f"(default: {DEFAULT_DRIVER_NAMESPACE})")
+    p.add_argument("--mode", choices=(DRIVER_MANAGED, HOST_MANAGED), default="",
+                   help="IMEX mode of the installation (default: detected)")
+    p.add_argument("--grace", type=parse_duration, default=DEFAULT_GRACE_S,
+                   help="how long a missing step counts as expected bootstrap delay before "
+                   f"it is a failure (default: {DEFAULT_GRACE_S:g}s)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--sim-root", type=Path, default=None,
+                   help="simulated cluster only: its root directory, to read the container "
+                   "views its kubelets publish")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run(args)
+
+
+def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None,
+        now: datetime | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    namespace, sep, name = str(args.domain).partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        print(f"diagnose: {args.domain!r} is not NAMESPACE/NAME (example: default/my-domain)",
+              file=err)
+        return EXIT_USAGE
+    from api import kube
+
+    try:
+        api = kube.api_client(args.kubeconfig)
+    except Exception as error:  # a bad kubeconfig, or not in a cluster
+        print(f"diagnose: cannot load the cluster configuration: {error}", file=err)
+        return EXIT_USAGE
+    try:
+        report = diagnose(Reader(api), namespace, name, args.driver_namespace,
+                          grace=args.grace, mode=args.mode, sim_root=args.sim_root, now=now)
+    except ReadError as error:
+        print(f"diagnose: {error}", file=err)
+        return EXIT_USAGE
+    finally:
+        api.close()
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=False), file=out)
+    else:
+        print(report.render(), end="", file=out)
+    return report.exit_status
+
+
+def diagnose(reader: Reader, namespace: str, name: str, driver_namespace: str, *,
+             grace: float = DEFAULT_GRACE_S, mode: str = "", sim_root: Path | None = None,
+             now: datetime | None = None) -> Report:
+    facts = gather(reader, namespace, name, driver_namespace, now, mode)
+    return evaluate(facts, grace, sim_root)
+
+
+def evaluate(facts: Facts, grace: float, sim_root: Path | None = None) -> Report:
+    """The seven boundaries over one read of the cluster."""
+    boundaries = [cluster_checks.installation(facts, grace)]
+    if facts.cd is None:
+        missing = Boundary("reconciliation", "controller reconciliation")
+        missing.fail(BROKEN, f"ComputeDomain {facts.namespace}/{facts.name} does not exist",
+                     "kubectl get computedomains -A")
+        boundaries.append(missing)
+    else:
+        live = [
+            cluster_checks.publication(facts, grace),
+            cluster_checks.reconciliation(facts, grace),
+            cluster_checks.allocation(facts, grace),
+            node_checks.bootstrap(facts, grace),
+            node_checks.injection(facts, grace, sim_root),
+        ]
+        if ((facts.cd or {}).get("metadata") or {}).get("deletionTimestamp"):
+            for boundary in live:  # being torn down on purpose: only cleanup matters now
+                boundary.status, boundary.cause, boundary.next = SKIPPED, "", ""
+                boundary.evidence.insert(0, "the ComputeDomain is being deleted")
+        boundaries += [*live, node_checks.cleanup(facts, grace)]
+    status = ((facts.cd or {}).get("status") or {}).get("status")
+    domain = {"namespace": facts.namespace, "name": facts.name, "uid": facts.uid or None,
+              "mode": facts.mode, "status": status, "ageSeconds": round(facts.age(facts.cd), 1),
+              "deleting": bool(((facts.cd or {}).get("metadata") or {}).get("deletionTimestamp")),
+              "nodes": cluster_checks.target_nodes(facts)}
+    return Report(domain, boundaries, unreadable=dict(facts.errors))

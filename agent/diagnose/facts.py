@@ -1,0 +1,266 @@
+"""Everything `diagnose` looks at for one ComputeDomain, read once, plus the small lookups
+the boundary checks share (a pod's claims, an object's Events, ages).
+
+One read of the cluster, then pure checks: the verdicts never depend on the order in
+which the objects were fetched, and tests can build `Facts` by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agent.diagnose.reader import Reader, named
+from api import names
+
+Obj = dict[str, Any]
+
+DRIVER_MANAGED = "driverManaged"
+HOST_MANAGED = "hostManaged"
+CONTROLLER_DEPLOYMENT = "compute-domain-controller"
+PLUGIN_DAEMONSET = "compute-domain-kubelet-plugin"
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+DEVICE_CLASS_PATH = "/apis/resource.k8s.io/v1/deviceclasses"
+SLICE_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+NODE_PATH = "/api/v1/nodes"
+
+
+def ns_path(namespace: str, plural: str, group: str = "", version: str = "v1") -> str:
+    base = f"/apis/{group}/{version}" if group else "/api/v1"
+    return f"{base}/namespaces/{namespace}/{plural}"
+
+
+def md(obj: Mapping[str, Any] | None) -> Obj:
+    return dict((obj or {}).get("metadata") or {})
+
+
+def labels(obj: Mapping[str, Any] | None) -> Obj:
+    return dict(md(obj).get("labels") or {})
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass
+class Facts:
+    namespace: str
+    name: str
+    driver_namespace: str
+    now: datetime
+    cd: Obj | None = None
+    crds: dict[str, Obj | None] = field(default_factory=dict)
+    device_classes: dict[str, Obj | None] = field(default_factory=dict)
+    lease: Obj | None = None
+    controller: Obj | None = None  # the controller Deployment, if it runs in the cluster
+    plugin_daemonset: Obj | None = None
+    plugin_pods: list[Obj] = field(default_factory=list)
+    slices: list[Obj] = field(default_factory=list)
+    nodes: dict[str, Obj] = field(default_factory=dict)
+    template: Obj | None = None  # the workload ResourceClaimTemplate (by the spec's name)
+    daemon_template: Obj | None = None
+    daemonset: Obj | None = None
+    pods: list[Obj] = field(default_factory=list)  # workload pods using the template
+    claims: dict[str, Obj] = field(default_factory=dict)  # CD namespace, by name
+    daemon_pods: list[Obj] = field(default_factory=list)
+    daemon_claims: dict[str, Obj] = field(default_factory=dict)
+    cliques: list[Obj] = field(default_factory=list)
+    events: list[Obj] = field(default_factory=list)
+    labelled_nodes: list[str] = field(default_factory=list)  # carry this CD's label
+    mode: str = DRIVER_MANAGED
+    mode_source: str = ""
+    errors: dict[str, str] = field(default_factory=dict)
+
+    # --- the ComputeDomain -----------------------------------------------------------
+
+    @property
+    def uid(self) -> str:
+        return str(md(self.cd).get("uid") or "")
+
+    @property
+    def template_name(self) -> str:
+        spec = (self.cd or {}).get("spec") or {}
+        return str(((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get("name")
+                   or "")
+
+    @property
+    def host_managed(self) -> bool:
+        return self.mode == HOST_MANAGED
+
+    def age(self, obj: Mapping[str, Any] | None) -> float:
+        """Seconds since `obj` was created (0 when unknown)."""
+        created = parse_time(md(obj).get("creationTimestamp"))
+        return max(0.0, (self.now - created).total_seconds()) if created else 0.0
+
+    # --- pods and claims ------------------------------------------------------------
+
+    def pod_claim(self, pod: Obj, claims: Mapping[str, Obj], template: str) -> Obj | None:
+        """The claim generated for `pod` from `template` (via the pod's status)."""
+        entries = [c for c in (pod.get("spec") or {}).get("resourceClaims") or ()
+                   if c.get("resourceClaimTemplateName") == template]
+        statuses = {s.get("name"): s.get("resourceClaimName")
+                    for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()}
+        for entry in entries:
+            claim_name = statuses.get(entry.get("name"))
+            if claim_name and claim_name in claims:
+                return claims[claim_name]
+        # Before the ResourceClaim controller fills in the status: find the claim by owner.
+        uid = md(pod).get("uid")
+        for claim in claims.values():
+            if any(r.get("uid") == uid for r in md(claim).get("ownerReferences") or ()):
+                return claim
+        return None
+
+    def daemon_pod_on(self, node: str) -> Obj | None:
+        pods = [p for p in self.daemon_pods if (p.get("spec") or {}).get("nodeName") == node]
+        live = [p for p in pods if not md(p).get("deletionTimestamp")]
+        return (live or pods or [None])[0]
+
+    def node_clique(self, node: str) -> str:
+        """The node's NVLink clique ID as the agent labelled it ('' for none)."""
+        return str(labels(self.nodes.get(node)).get(names.LABEL_GPU_CLIQUE) or "")
+
+    def clique_entry(self, node: str) -> tuple[Obj | None, Obj | None]:
+        """(clique object, this node's entry in it) among this CD's cliques."""
+        for clique in self.cliques:
+            for entry in clique.get("daemons") or ():
+                if entry.get("nodeName") == node:
+                    return clique, entry
+        clique_id = self.node_clique(node)
+        wanted = names.clique_object_name(self.uid, clique_id) if clique_id else ""
+        return next((c for c in self.cliques if md(c).get("name") == wanted), None), None
+
+    def max_nodes(self) -> int:
+        """MAX_NODES_PER_IMEX_DOMAIN as the controller gave it to the daemon pods."""
+        spec = ((((self.daemonset or {}).get("spec") or {}).get("template") or {})
+                .get("spec") or {})
+        for container in spec.get("containers") or ():
+            for env in container.get("env") or ():
+                if env.get("name") == names.ENV_MAX_NODES_PER_IMEX_DOMAIN:
+                    try:
+                        return int(env.get("value"))
+                    except (TypeError, ValueError):
+                        break
+        return names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+
+    # --- events ---------------------------------------------------------------------
+
+    def events_for(self, obj: Mapping[str, Any] | None, *reasons: str) -> list[Obj]:
+        """Events about `obj` (by UID, else by kind/name), newest last."""
+        if obj is None:
+            return []
+        meta = md(obj)
+        uid, name = meta.get("uid"), meta.get("name")
+        out = []
+        for event in self.events:
+            involved = event.get("involvedObject") or {}
+            if involved.get("uid") and uid:
+                if involved.get("uid") != uid:
+                    continue
+            elif involved.get("name") != name or involved.get("kind") != obj.get("kind"):
+                continue
+            if reasons and event.get("reason") not in reasons:
+                continue
+            out.append(event)
+        return sorted(out, key=lambda e: self.event_time(e) or self.now)
+
+    def event_time(self, event: Mapping[str, Any]) -> datetime | None:
+        return (parse_time(event.get("lastTimestamp")) or parse_time(event.get("eventTime"))
+                or parse_time(md(event).get("creationTimestamp")))
+
+    def event_age(self, event: Mapping[str, Any]) -> float:
+        when = self.event_time(event)
+        return max(0.0, (self.now - when).total_seconds()) if when else 0.0
+
+    @staticmethod
+    def event_count(events: Iterable[Mapping[str, Any]]) -> int:
+        return sum(int(e.get("count") or 1) for e in events)
+
+
+def gather(reader: Reader, namespace: str, name: str, driver_namespace: str,
+           now: datetime | None = None, mode: str = "") -> Facts:
+    """Read what the checks need; a missing ComputeDomain stops after the installation."""
+    facts = Facts(namespace, name, driver_namespace, now or datetime.now(UTC))
+    cd_path = ns_path(namespace, names.PLURAL_COMPUTE_DOMAINS, names.GROUP, names.VERSION)
+    for crd in (names.CRD_COMPUTE_DOMAINS, names.CRD_CLIQUES):
+        facts.crds[crd] = reader.get(named(CRD_PATH, crd))
+    for cls in (names.DEVICE_CLASS_DEFAULT_CHANNEL, names.DEVICE_CLASS_DAEMON):
+        facts.device_classes[cls] = reader.get(named(DEVICE_CLASS_PATH, cls))
+    facts.lease = reader.get(named(ns_path(driver_namespace, "leases", "coordination.k8s.io"),
+                                   names.DEFAULT_LEADER_ELECTION_LEASE_NAME))
+    apps = ns_path(driver_namespace, "deployments", "apps")
+    facts.controller = reader.get(named(apps, CONTROLLER_DEPLOYMENT))
+    facts.plugin_daemonset = reader.get(
+        named(ns_path(driver_namespace, "daemonsets", "apps"), PLUGIN_DAEMONSET))
+    if facts.plugin_daemonset is not None:
+        selector = ((facts.plugin_daemonset.get("spec") or {}).get("selector") or {})
+        match = ",".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
+        facts.plugin_pods = reader.items(ns_path(driver_namespace, "pods"), labels=match)
+    facts.slices = [s for s in reader.items(SLICE_PATH)
+                    if (s.get("spec") or {}).get("driver") == names.DRIVER_NAME]
+    facts.nodes = {md(n)["name"]: n for n in reader.items(NODE_PATH) if md(n).get("name")}
+    facts.cd = reader.get(named(cd_path, name))
+    if facts.cd is not None:
+        _gather_domain(reader, facts)
+    facts.mode, facts.mode_source = _mode(facts, mode)
+    facts.errors = dict(reader.errors)
+    return facts
+
+
+def _gather_domain(reader: Reader, facts: Facts) -> None:
+    uid, ns, dns = facts.uid, facts.namespace, facts.driver_namespace
+    selector = f"{names.LABEL_COMPUTE_DOMAIN}={uid}"
+    facts.labelled_nodes = sorted(n for n, node in facts.nodes.items()
+                                  if labels(node).get(names.LABEL_COMPUTE_DOMAIN) == uid)
+    templates = ns_path(ns, "resourceclaimtemplates", "resource.k8s.io")
+    if facts.template_name:
+        facts.template = reader.get(named(templates, facts.template_name))
+    daemon_name = names.daemon_object_name(uid)
+    facts.daemon_template = reader.get(
+        named(ns_path(dns, "resourceclaimtemplates", "resource.k8s.io"), daemon_name))
+    facts.daemonset = reader.get(named(ns_path(dns, "daemonsets", "apps"), daemon_name))
+    pods = reader.items(ns_path(ns, "pods"))
+    facts.pods = [p for p in pods if any(
+        c.get("resourceClaimTemplateName") == facts.template_name
+        for c in (p.get("spec") or {}).get("resourceClaims") or ())]
+    facts.claims = {md(c)["name"]: c
+                    for c in reader.items(ns_path(ns, "resourceclaims", "resource.k8s.io"))}
+    facts.daemon_pods = reader.items(ns_path(dns, "pods"), labels=selector)
+    facts.daemon_claims = {
+        md(c)["name"]: c
+        for c in reader.items(ns_path(dns, "resourceclaims", "resource.k8s.io"))
+        if any(r.get("uid") in {md(p).get("uid") for p in facts.daemon_pods}
+               for r in md(c).get("ownerReferences") or ())}
+    facts.cliques = reader.items(
+        ns_path(dns, names.PLURAL_CLIQUES, names.GROUP, names.VERSION), labels=selector)
+    facts.events = reader.items(ns_path(ns, "events"))
+    if dns != ns:
+        facts.events += reader.items(ns_path(dns, "events"))
+
+
+def _mode(facts: Facts, wanted: str) -> tuple[str, str]:
+    """Which IMEX mode the driver runs in, and how we know."""
+    if wanted:
+        return wanted, "--mode"
+    containers = (((((facts.controller or {}).get("spec") or {}).get("template") or {})
+                   .get("spec") or {}).get("containers") or ())
+    for container in containers:
+        for env in container.get("env") or ():
+            if env.get("name") == names.ENV_IMEX_MODE and env.get("value"):
+                return str(env["value"]), "the controller Deployment's IMEX_MODE"
+    if facts.template is not None:
+        if facts.daemon_template is not None or facts.daemonset is not None:
+            return DRIVER_MANAGED, "the controller created a daemon DaemonSet for this domain"
+        if facts.age(facts.template) > 10:
+            return HOST_MANAGED, "the controller created no daemon objects for this domain"
+    if facts.device_classes.get(names.DEVICE_CLASS_DAEMON) is not None:
+        return DRIVER_MANAGED, f"DeviceClass {names.DEVICE_CLASS_DAEMON} is installed"
+    return HOST_MANAGED, f"DeviceClass {names.DEVICE_CLASS_DAEMON} is not installed"

@@ -1,0 +1,76 @@
+"""Read-only access to the API for `diagnose`: plain JSON GETs by path.
+
+Raw paths instead of the typed client: diagnose must read whatever the server holds
+(objects written by other versions, fields the client's models do not know) without a
+deserialisation failure hiding the evidence. Every request is a GET; nothing here can
+write. A refused or failed read is kept (`errors`) and shown as evidence, because "I could
+not look" must never read as "there is nothing there".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from api.kube import error_text
+
+Obj = dict[str, Any]
+_TIMEOUT_S = 20.0
+
+
+class ReadError(Exception):
+    """The API could not be reached at all (wrong kubeconfig, server down)."""
+
+
+class Reader:
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+        self.errors: dict[str, str] = {}  # path -> why it could not be read
+        self.requests = 0
+
+    def _get(self, path: str, query: dict[str, str] | None = None) -> Obj | None:
+        """The object at `path`; None if it does not exist or could not be read."""
+        request = self._api.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        self.requests += 1
+        try:
+            response = self._api.call_api(*request, _request_timeout=_TIMEOUT_S)
+            response.read()
+        except Exception as err:  # connection refused, DNS, TLS: nothing else will work
+            raise ReadError(f"cannot reach the API server: {error_text(err)}") from None
+        if response.status == 404:
+            return None
+        if not 200 <= response.status <= 299:
+            err = ApiException.from_response(http_resp=response, body=None, data=None)
+            self.errors[path] = error_text(err)
+            return None
+        return json.loads(response.data)
+
+    def get(self, path: str) -> Obj | None:
+        return self._get(path)
+
+    def items(self, path: str, *, labels: str = "", fields: str = "") -> list[Obj]:
+        query = {}
+        if labels:
+            query["labelSelector"] = labels
+        if fields:
+            query["fieldSelector"] = fields
+        listed = self._get(path, query)
+        return list((listed or {}).get("items") or [])
+
+    def failed(self, path: str) -> str | None:
+        """Why `path` could not be read, if it could not."""
+        return self.errors.get(path)
+
+
+def named(path: str, name: str) -> str:
+    return f"{path}/{quote(name, safe='')}"

@@ -1,0 +1,205 @@
+"""`diagnose` verdicts over hand-built cluster states: bootstrap delay against stable
+failure, the reference's words, and the report's order and exit statuses."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from datetime import UTC, datetime, timedelta
+
+from agent.diagnose.command import evaluate, run
+from agent.diagnose.facts import DRIVER_MANAGED, HOST_MANAGED, Facts, _mode
+from agent.diagnose.report import (
+    BROKEN,
+    EXIT_BROKEN,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_WAITING,
+    OK,
+    SKIPPED,
+    UNCHECKED,
+    WAITING,
+    Boundary,
+    Report,
+)
+from api import names
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+UID = "11111111-2222-3333-4444-555555555555"
+CLIQUE = "0f2a6e3c-1111-2222-3333-444455556666.1"
+DNS = "nvidia-dra-driver-gpu"
+
+
+def ago(seconds: float) -> str:
+    return (NOW - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def obj(name: str, namespace: str = "", age: float = 300, **extra) -> dict:
+    md = {"name": name, "uid": f"uid-{name}", "creationTimestamp": ago(age)}
+    if namespace:
+        md["namespace"] = namespace
+    md.update(extra.pop("metadata", {}))
+    return {"metadata": md, **extra}
+
+
+def healthy(age: float = 300) -> Facts:
+    """A driver-managed domain with one workload pod Running on node-01."""
+    f = Facts("default", "cd", DNS, NOW)
+    f.crds = {names.CRD_COMPUTE_DOMAINS: {}, names.CRD_CLIQUES: {}}
+    f.device_classes = {names.DEVICE_CLASS_DEFAULT_CHANNEL: {}, names.DEVICE_CLASS_DAEMON: {}}
+    f.lease = {"spec": {"holderIdentity": "c-1", "renewTime": ago(1),
+                        "leaseDurationSeconds": 15}}
+    f.cd = obj("cd", "default", age, metadata={"uid": UID, "finalizers": [names.FINALIZER]},
+               spec={"channel": {"resourceClaimTemplate": {"name": "cd-channel"}}},
+               status={"status": "Ready"})
+    f.slices = [{"spec": {"driver": names.DRIVER_NAME, "nodeName": "node-01", "devices": [
+        {"name": names.DEVICE_CHANNEL_0}, {"name": names.DEVICE_DAEMON_0}]}}]
+    f.nodes = {"node-01": obj("node-01", metadata={"labels": {
+        names.LABEL_COMPUTE_DOMAIN: UID, names.LABEL_GPU_CLIQUE: CLIQUE}})}
+    f.template = obj("cd-channel", "default", metadata={"labels": {
+        names.LABEL_COMPUTE_DOMAIN: UID}})
+    f.daemon_template = obj(names.daemon_object_name(UID), DNS)
+    f.daemonset = obj(names.daemon_object_name(UID), DNS)
+    f.pods = [obj("w0", "default", age, kind="Pod",
+                  spec={"nodeName": "node-01", "resourceClaims": [
+                      {"name": "ch", "resourceClaimTemplateName": "cd-channel"}]},
+                  status={"phase": "Running", "resourceClaimStatuses": [
+                      {"name": "ch", "resourceClaimName": "w0-ch"}]})]
+    f.claims = {"w0-ch": obj("w0-ch", "default", status={
+        "allocation": {"devices": {"results": [{"driver": names.DRIVER_NAME, "pool": "node-01",
+                                                "device": names.DEVICE_CHANNEL_0}]}},
+        "reservedFor": [{"resource": "pods", "name": "w0"}]})}
+    f.daemon_pods = [obj("d0", DNS, age, kind="Pod", spec={"nodeName": "node-01"},
+                         status={"phase": "Running", "containerStatuses": [
+                             {"name": names.DAEMON_CONTAINER_NAME, "ready": True,
+                              "restartCount": 0, "state": {"running": {}}}]})]
+    f.cliques = [obj(names.clique_object_name(UID, CLIQUE), DNS, daemons=[
+        {"nodeName": "node-01", "index": 0, "ipAddress": "10.0.0.1", "status": "Ready"}])]
+    return f
+
+
+def event(about: dict, reason: str, message: str, count: int = 1, age: float = 5) -> dict:
+    return {"involvedObject": {"uid": about["metadata"]["uid"], "name": about["metadata"]["name"],
+                               "kind": about.get("kind", "Pod")},
+            "reason": reason, "message": message, "count": count, "lastTimestamp": ago(age)}
+
+
+def test_a_healthy_domain_is_ok_everywhere_and_exits_0() -> None:
+    report = evaluate(healthy(), grace=120)
+    assert {b.name: b.status for b in report.boundaries} == {
+        "installation": OK, "publication": OK, "reconciliation": OK, "allocation": OK,
+        "bootstrap": OK, "injection": OK, "cleanup": SKIPPED}
+    assert report.exit_status == EXIT_OK
+    assert report.verdict()["boundary"] is None
+
+
+def test_no_workload_yet_is_expected_and_exits_3() -> None:
+    f = healthy()
+    f.pods, f.claims = [], {}
+    report = evaluate(f, grace=120)
+    assert report.verdict()["status"] == WAITING
+    assert report.verdict()["cause"].startswith("expected: no workload has landed on a node yet")
+    assert report.exit_status == EXIT_WAITING
+
+
+def _entry_not_ready(f: Facts) -> None:
+    f.cliques[0]["daemons"][0]["status"] = names.STATUS_NOT_READY
+
+
+def test_a_young_not_ready_daemon_is_bootstrap_delay() -> None:
+    f = healthy(age=20)
+    f.daemon_pods[0]["metadata"]["creationTimestamp"] = ago(10)
+    f.cd["status"]["status"] = "NotReady"
+    _entry_not_ready(f)
+    report = evaluate(f, grace=120)
+    assert (report.verdict()["boundary"], report.verdict()["status"]) == ("bootstrap", WAITING)
+    assert "expected while it starts" in report.verdict()["cause"]
+
+
+def test_a_crash_history_makes_it_a_stable_failure_whatever_the_age() -> None:
+    f = healthy(age=20)
+    f.daemon_pods[0]["metadata"]["creationTimestamp"] = ago(10)
+    _entry_not_ready(f)
+    f.events = [event(f.daemon_pods[0], "IMEXDaemonExited",
+                      "nvidia-imex exited with code 1 after 0.2s; restart #3 in 1.6s")]
+    report = evaluate(f, grace=120)
+    verdict = report.verdict()
+    assert (verdict["boundary"], verdict["status"]) == ("bootstrap", BROKEN)
+    # The domain says Ready, this node's daemon does not.
+    assert verdict["cause"].startswith("global Ready is not local readiness")
+    assert "IMEXDaemonExited: nvidia-imex exited with code 1" in verdict["cause"]
+    assert report.exit_status == EXIT_BROKEN
+
+
+def test_the_same_delay_past_the_grace_period_is_broken() -> None:
+    f = healthy()
+    _entry_not_ready(f)
+    assert evaluate(f, grace=120).verdict()["status"] == BROKEN
+    assert evaluate(f, grace=600).verdict()["status"] == WAITING
+
+
+def test_another_domains_label_on_the_node() -> None:
+    f = healthy()
+    f.nodes["node-01"]["metadata"]["labels"][names.LABEL_COMPUTE_DOMAIN] = "other-uid"
+    verdict = evaluate(f, grace=120).verdict()
+    assert verdict["boundary"] == "bootstrap"
+    assert "labelled for another ComputeDomain (other-uid)" in verdict["cause"]
+
+
+def test_a_lapsed_lease_means_no_controller_is_leading() -> None:
+    f = healthy()
+    f.lease["spec"]["renewTime"] = ago(90)
+    verdict = evaluate(f, grace=120).verdict()
+    assert verdict["boundary"] == "installation"
+    assert "the controller is not leading" in verdict["cause"]
+
+
+def test_later_boundaries_are_unchecked_but_keep_their_evidence() -> None:
+    f = healthy()
+    f.slices = []
+    report = evaluate(f, grace=120)
+    assert [b.status for b in report.boundaries] == [
+        OK, BROKEN, UNCHECKED, UNCHECKED, UNCHECKED, UNCHECKED, SKIPPED]
+    assert report.boundaries[3].evidence  # allocation still shows what it saw
+    assert all(not b.cause for b in report.boundaries[2:])
+
+
+def test_cleanup_waits_then_breaks_and_names_what_is_left() -> None:
+    f = healthy()
+    f.cd["metadata"]["deletionTimestamp"] = ago(10)
+    f.labelled_nodes = ["node-01"]
+    report = evaluate(f, grace=120)
+    assert [b.status for b in report.boundaries[1:6]] == [SKIPPED] * 5
+    assert (report.verdict()["boundary"], report.verdict()["status"]) == ("cleanup", WAITING)
+    assert "node label resource.nvidia.com/computeDomain still on node-01" in (
+        report.verdict()["cause"])
+    f.cd["metadata"]["deletionTimestamp"] = ago(600)
+    assert evaluate(f, grace=120).verdict()["status"] == BROKEN
+
+
+def test_mode_detection_prefers_the_controller_deployment() -> None:
+    f = healthy()
+    f.controller = {"spec": {"template": {"spec": {"containers": [{"env": [
+        {"name": names.ENV_IMEX_MODE, "value": HOST_MANAGED}]}]}}}}
+    assert _mode(f, "")[0] == HOST_MANAGED
+    f.controller = None
+    assert _mode(f, "")[0] == DRIVER_MANAGED  # a daemon DaemonSet exists for the domain
+    assert _mode(f, HOST_MANAGED) == (HOST_MANAGED, "--mode")
+
+
+def test_json_document_shape() -> None:
+    first = Boundary("a", "A").fail(BROKEN, "why", "do this")
+    report = Report({"namespace": "n", "name": "x"}, [first, Boundary("b", "B")])
+    doc = json.loads(json.dumps(report.to_json()))
+    assert doc["verdict"] == {"status": BROKEN, "boundary": "a", "cause": "why",
+                              "next": "do this"}
+    assert doc["boundaries"][1]["status"] == UNCHECKED
+
+
+def test_bad_domain_argument_is_a_usage_error() -> None:
+    err = io.StringIO()
+    args = argparse.Namespace(domain="just-a-name", kubeconfig="", driver_namespace=DNS,
+                              grace=120.0, mode="", json=False, sim_root=None)
+    assert run(args, out=io.StringIO(), err=err) == EXIT_USAGE
+    assert "is not NAMESPACE/NAME" in err.getvalue()
