@@ -63,6 +63,12 @@ def test_version_and_help_from_a_bare_environment(frozen_agent, tmp_path):
     assert out.returncode == 0 and "no cliqueID" in out.stdout, out.stderr
     out = run_bare(frozen_agent, "plugin", cwd=tmp_path)
     assert out.returncode == 2 and "--node-name" in out.stderr
+    # diagnose is in the binary: help, and a clear error without a usable kubeconfig.
+    out = run_bare(frozen_agent, "diagnose", "--help", cwd=tmp_path)
+    assert out.returncode == 0 and "--driver-namespace" in out.stdout, out.stderr
+    out = run_bare(frozen_agent, "diagnose", "default/demo", "--kubeconfig",
+                   str(tmp_path / "missing"), cwd=tmp_path)
+    assert out.returncode == 2 and "cannot load the cluster configuration" in out.stderr
     assert "Traceback" not in out.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written to the working directory
 
