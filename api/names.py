@@ -247,7 +247,8 @@ DEFAULT_LEADER_ELECTION_LEASE_NAME: Final = "nvidia-compute-domain-controller"
 # `kubectl describe pod` and `diagnose` read these: why a Prepare waits, fails or succeeded.
 
 EVENT_COMPONENT_PLUGIN: Final = "compute-domain-kubelet-plugin"
-# Warning, driverManaged: Prepare waits for this node's IMEX daemon to be Ready.
+# Normal, driverManaged: Prepare waits for this node's IMEX daemon to be Ready (every
+# bring-up does for a moment; kubelet's Warning follows if it lasts).
 EVENT_CHANNEL_WAITING: Final = "ComputeDomainChannelWaiting"
 # Warning, hostManaged: the host nvidia-imex probe did not answer READY.
 EVENT_HOST_IMEX_NOT_READY: Final = "HostIMEXNotReady"

@@ -57,9 +57,16 @@ class ClaimEvents:
         self._node = node_name
 
     def waiting(self, claim: dict[str, Any], err: BaseException) -> None:
-        """A workload claim waits for IMEX (this node's daemon, or the host's)."""
+        """A workload claim waits for IMEX (this node's daemon, or the host's).
+
+        Waiting for this node's daemon is part of every bring-up (the daemon is scheduled
+        by the label this Prepare sets), so it is a Normal Event; if it lasts, kubelet's
+        Warning follows with the same reason. A host daemon is meant to be up already."""
         reason = wait_reason(err)
-        if reason is not None:
+        if reason == names.EVENT_CHANNEL_WAITING:
+            for pod in reserving_pods(claim):
+                self._recorder.normal(pod, reason, str(err))
+        elif reason is not None:
             self._warn(claim, reason, str(err))
 
     def failed(self, claim: dict[str, Any], error: str) -> None:
