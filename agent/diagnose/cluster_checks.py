@@ -9,7 +9,8 @@ is a stable failure.
 
 from __future__ import annotations
 
-from agent.diagnose.facts import Facts, labels, md, parse_time
+from agent.diagnose.facts import CRD_PATH, DEVICE_CLASS_PATH, Facts, labels, md, parse_time
+from agent.diagnose.reader import named
 from agent.diagnose.report import BROKEN, WAITING, Boundary
 from api import names
 from api.nodematch import pod_spec_matches_node, untolerated_taint
@@ -34,6 +35,10 @@ def controller_logs(facts: Facts) -> str:
 def installation(facts: Facts, grace: float) -> Boundary:
     b = Boundary("installation", "installation: CRDs, DeviceClasses, controller")
     for crd, obj in facts.crds.items():
+        refused = facts.unreadable(named(CRD_PATH, crd))
+        if refused:
+            b.see(f"CRD {crd}: could not read it ({refused})")
+            continue
         if obj is None:
             b.fail(BROKEN, f"CRD {crd} is not installed", overlay(facts))
         b.see(f"CRD {crd}: {'installed' if obj is not None else 'MISSING'}")
@@ -41,7 +46,10 @@ def installation(facts: Facts, grace: float) -> Boundary:
     if not facts.host_managed:
         wanted.append(names.DEVICE_CLASS_DAEMON)
     for cls in wanted:
-        if facts.device_classes.get(cls) is None:
+        refused = facts.unreadable(named(DEVICE_CLASS_PATH, cls))
+        if refused:
+            b.see(f"DeviceClass {cls}: could not read it ({refused})")
+        elif facts.device_classes.get(cls) is None:
             who = "daemon pods'" if cls == names.DEVICE_CLASS_DAEMON else "workloads' channel"
             b.see(f"DeviceClass {cls}: MISSING")
             b.fail(BROKEN, f"DeviceClass {cls} is missing: the scheduler cannot allocate the "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from agent.diagnose import cluster_checks, node_checks
-from agent.diagnose.facts import DRIVER_MANAGED, HOST_MANAGED, Facts, gather
+from agent.diagnose.facts import DRIVER_MANAGED, HOST_MANAGED, Facts, cd_path, gather
 from agent.diagnose.reader import Reader, ReadError
 from agent.diagnose.report import BROKEN, EXIT_USAGE, SKIPPED, Boundary, Report
 from api import names
@@ -97,8 +97,14 @@ def evaluate(facts: Facts, grace: float, sim_root: Path | None = None) -> Report
     boundaries = [cluster_checks.installation(facts, grace)]
     if facts.cd is None:
         missing = Boundary("reconciliation", "controller reconciliation")
-        missing.fail(BROKEN, f"ComputeDomain {facts.namespace}/{facts.name} does not exist",
-                     "kubectl get computedomains -A")
+        refused = facts.unreadable(cd_path(facts.namespace, facts.name))
+        if refused:  # "could not look" must not read as "not there"
+            missing.fail(BROKEN, f"cannot read ComputeDomain {facts.namespace}/{facts.name}: "
+                         f"{refused}", f"kubectl auth can-i get computedomains.{names.GROUP} "
+                         f"-n {facts.namespace} (diagnose needs get and list on what it reads)")
+        else:
+            missing.fail(BROKEN, f"ComputeDomain {facts.namespace}/{facts.name} does not "
+                         "exist", "kubectl get computedomains -A")
         boundaries.append(missing)
     else:
         live = [

@@ -33,6 +33,11 @@ def ns_path(namespace: str, plural: str, group: str = "", version: str = "v1") -
     return f"{base}/namespaces/{namespace}/{plural}"
 
 
+def cd_path(namespace: str, name: str) -> str:
+    return named(ns_path(namespace, names.PLURAL_COMPUTE_DOMAINS, names.GROUP, names.VERSION),
+                 name)
+
+
 def md(obj: Mapping[str, Any] | None) -> Obj:
     return dict((obj or {}).get("metadata") or {})
 
@@ -90,6 +95,10 @@ class Facts:
         spec = (self.cd or {}).get("spec") or {}
         return str(((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get("name")
                    or "")
+
+    def unreadable(self, path: str) -> str:
+        """Why the object at `path` could not be read ('' when it was, or is absent)."""
+        return self.errors.get(path, "")
 
     @property
     def host_managed(self) -> bool:
@@ -189,7 +198,6 @@ def gather(reader: Reader, namespace: str, name: str, driver_namespace: str,
            now: datetime | None = None, mode: str = "") -> Facts:
     """Read what the checks need; a missing ComputeDomain stops after the installation."""
     facts = Facts(namespace, name, driver_namespace, now or datetime.now(UTC))
-    cd_path = ns_path(namespace, names.PLURAL_COMPUTE_DOMAINS, names.GROUP, names.VERSION)
     for crd in (names.CRD_COMPUTE_DOMAINS, names.CRD_CLIQUES):
         facts.crds[crd] = reader.get(named(CRD_PATH, crd))
     for cls in (names.DEVICE_CLASS_DEFAULT_CHANNEL, names.DEVICE_CLASS_DAEMON):
@@ -207,7 +215,7 @@ def gather(reader: Reader, namespace: str, name: str, driver_namespace: str,
     facts.slices = [s for s in reader.items(SLICE_PATH)
                     if (s.get("spec") or {}).get("driver") == names.DRIVER_NAME]
     facts.nodes = {md(n)["name"]: n for n in reader.items(NODE_PATH) if md(n).get("name")}
-    facts.cd = reader.get(named(cd_path, name))
+    facts.cd = reader.get(cd_path(namespace, name))
     if facts.cd is not None:
         _gather_domain(reader, facts)
     facts.mode, facts.mode_source = _mode(facts, mode)

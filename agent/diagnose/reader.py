@@ -34,26 +34,35 @@ class Reader:
 
     def _get(self, path: str, query: dict[str, str] | None = None) -> Obj | None:
         """The object at `path`; None if it does not exist or could not be read."""
-        request = self._api.param_serialize(
-            method="GET",
-            resource_path=path,
-            query_params=list((query or {}).items()),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
         self.requests += 1
         try:
-            response = self._api.call_api(*request, _request_timeout=_TIMEOUT_S)
-            response.read()
+            status, data = self._send(path, list((query or {}).items()))
+        except ApiException as err:  # older clients raise for every non-2xx answer
+            status, data = err.status or 0, None
+            if status != 404:
+                self.errors[path] = error_text(err)
+                return None
         except Exception as err:  # connection refused, DNS, TLS: nothing else will work
             raise ReadError(f"cannot reach the API server: {error_text(err)}") from None
-        if response.status == 404:
+        if status == 404:
             return None
-        if not 200 <= response.status <= 299:
-            err = ApiException.from_response(http_resp=response, body=None, data=None)
-            self.errors[path] = error_text(err)
-            return None
-        return json.loads(response.data)
+        return json.loads(data or b"null")
+
+    def _send(self, path: str, query: list[tuple[str, str]]) -> tuple[int, bytes]:
+        headers = {"Accept": "application/json"}
+        api = self._api
+        if not hasattr(api, "param_serialize"):  # the older (python-legacy) client
+            response = api.call_api(path, "GET", query_params=query, header_params=headers,
+                                    auth_settings=["BearerToken"], _preload_content=False,
+                                    _return_http_data_only=True, _request_timeout=_TIMEOUT_S)
+            return response.status, response.data
+        request = api.param_serialize(method="GET", resource_path=path, query_params=query,
+                                      header_params=headers, auth_settings=["BearerToken"])
+        response = api.call_api(*request, _request_timeout=_TIMEOUT_S)
+        response.read()
+        if not 200 <= response.status <= 299 and response.status != 404:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.status, response.data
 
     def get(self, path: str) -> Obj | None:
         return self._get(path)

@@ -98,6 +98,16 @@ def test_healthy_then_taken_template_unschedulable_foreign_finalizer_no_device_c
         assert json.loads(done.stdout)["unreadable"] == {}
         verbs = cluster.server.call(lambda: dict(cluster.server.server.stats.by_user["auditor"]))
         assert set(verbs) <= {"get", "list"} and verbs, verbs
+        # A user RBAC lets read nothing: "could not look" never reads as "not there".
+        nobody = await _user(cluster, "nobody")
+        done = await asyncio.to_thread(cli, cluster, f"{NAMESPACE}/good", "--json",
+                                       "--kubeconfig", str(nobody))
+        doc = json.loads(done.stdout)
+        assert done.returncode == 1
+        assert doc["verdict"]["cause"].startswith(f"cannot read ComputeDomain {NAMESPACE}/good")
+        assert doc["boundaries"][0]["status"] == "ok"
+        assert "could not read it (403" in "\n".join(doc["boundaries"][0]["evidence"])
+        assert any("403" in why for why in doc["unreadable"].values())
         usage = await asyncio.to_thread(cli, cluster, "good")
         assert usage.returncode == 2 and "NAMESPACE/NAME" in usage.stderr
         missing = await asyncio.to_thread(cli, cluster, f"{NAMESPACE}/nope")
@@ -152,13 +162,20 @@ def test_healthy_then_taken_template_unschedulable_foreign_finalizer_no_device_c
     run_scenario(short_dir, body, nodes=2, cliques=1)
 
 
-async def _auditor(cluster: SimCluster) -> Path:
-    """A user who may get and list everything and nothing else; its kubeconfig."""
+async def _user(cluster: SimCluster, name: str) -> Path:
+    """A kubeconfig for a new user `name` (with no permissions yet)."""
     from sim.apiserver.kubeconfig import write_kubeconfig
 
     assert cluster.server is not None
     authn = cluster.server.server.authenticator
-    cluster.server.call(lambda: authn.add_user("auditor-token", "auditor"))
+    cluster.server.call(lambda: authn.add_user(f"{name}-token", name))
+    return write_kubeconfig(cluster.root / f"{name}.kubeconfig", cluster.url,
+                            token=f"{name}-token")
+
+
+async def _auditor(cluster: SimCluster) -> Path:
+    """A user who may get and list everything and nothing else; its kubeconfig."""
+    kubeconfig = await _user(cluster, "auditor")
     rbac = client.RbacAuthorizationV1Api(cluster.admin)
     await call(rbac.create_cluster_role, {
         "metadata": {"name": "auditor"},
@@ -169,8 +186,7 @@ async def _auditor(cluster: SimCluster) -> Path:
                     "name": "auditor"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                       "name": "auditor"}]})
-    return write_kubeconfig(cluster.root / "auditor.kubeconfig", cluster.url,
-                            token="auditor-token")
+    return kubeconfig
 
 
 # --- node-side failures, driver-managed ------------------------------------------------------
