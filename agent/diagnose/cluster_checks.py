@@ -16,7 +16,8 @@ from api import names
 from api.nodematch import pod_spec_matches_node, untolerated_taint
 
 PREPARE_FAILED = "FailedPrepareDynamicResources"
-NOT_REGISTERED = "is not registered"
+# kubelet's words for a driver it has no plugin for (newer, then older releases).
+NOT_REGISTERED = ("is not registered", "not found in the list of registered DRA")
 
 
 def overlay(facts: Facts) -> str:
@@ -182,7 +183,7 @@ def _kubelet_says_unregistered(facts: Facts, node: str) -> str:
         if (pod.get("spec") or {}).get("nodeName") != node or _running(pod):
             continue
         failures = facts.events_for(pod, PREPARE_FAILED)
-        if failures and NOT_REGISTERED in str(failures[-1].get("message")):
+        if failures and any(w in str(failures[-1].get("message")) for w in NOT_REGISTERED):
             return str(failures[-1].get("message"))
     return ""
 

@@ -203,3 +203,17 @@ def test_bad_domain_argument_is_a_usage_error() -> None:
                               grace=120.0, mode="", json=False, sim_root=None)
     assert run(args, out=io.StringIO(), err=err) == EXIT_USAGE
     assert "is not NAMESPACE/NAME" in err.getvalue()
+
+
+def test_kubelet_saying_the_driver_is_not_registered_breaks_publication() -> None:
+    """Slices can outlive the plugin (kubelet wipes them 30 s later): kubelet's own
+    complaint on a pending pod is evidence enough, in its newer and older words."""
+    for message in ("DRA driver compute-domain.nvidia.com is not registered",
+                    "plugin name compute-domain.nvidia.com not found in the list of "
+                    "registered DRA plugins"):
+        f = healthy()
+        f.pods[0]["status"]["phase"] = "Pending"
+        f.events = [event(f.pods[0], "FailedPrepareDynamicResources", message)]
+        verdict = evaluate(f, grace=120).verdict()
+        assert verdict["boundary"] == "publication"
+        assert verdict["cause"].startswith("the plugin is not registered on node node-01")
