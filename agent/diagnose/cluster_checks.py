@@ -307,11 +307,12 @@ def _pod_allocation(facts: Facts, pod: dict, b: Boundary, grace: float) -> None:
     unschedulable = next((c for c in (pod.get("status") or {}).get("conditions") or ()
                           if c.get("type") == "PodScheduled" and c.get("status") == "False"),
                          None)
-    if claim is None:
+    if claim is None and unschedulable is None:
         b.see(f"pod {name}: no ResourceClaim generated yet")
         b.fail(by_age(age, grace), f"pod {name} has no ResourceClaim from template "
                f"{facts.template_name} yet", describe)
         return
+    claim = claim or {"metadata": {"name": "(none yet)"}}
     status = claim.get("status") or {}
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
     reserved = [r.get("name") for r in status.get("reservedFor") or ()]

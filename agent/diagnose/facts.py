@@ -182,7 +182,11 @@ class Facts:
         return sorted(out, key=lambda e: self.event_time(e) or self.now)
 
     def event_time(self, event: Mapping[str, Any]) -> datetime | None:
-        return (parse_time(event.get("lastTimestamp")) or parse_time(event.get("eventTime"))
+        """When it last happened; events.k8s.io writers (newer kubelets) keep that in
+        `series.lastObservedTime` and leave `lastTimestamp` empty."""
+        series = event.get("series") or {}
+        return (parse_time(series.get("lastObservedTime"))
+                or parse_time(event.get("lastTimestamp")) or parse_time(event.get("eventTime"))
                 or parse_time(md(event).get("creationTimestamp")))
 
     def event_age(self, event: Mapping[str, Any]) -> float:
@@ -191,7 +195,9 @@ class Facts:
 
     @staticmethod
     def event_count(events: Iterable[Mapping[str, Any]]) -> int:
-        return sum(int(e.get("count") or 1) for e in events)
+        """How often they happened (`series.count` for events.k8s.io writers)."""
+        return sum(int((e.get("series") or {}).get("count") or e.get("count") or 1)
+                   for e in events)
 
 
 def gather(reader: Reader, namespace: str, name: str, driver_namespace: str,

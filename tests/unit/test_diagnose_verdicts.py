@@ -217,3 +217,21 @@ def test_kubelet_saying_the_driver_is_not_registered_breaks_publication() -> Non
         verdict = evaluate(f, grace=120).verdict()
         assert verdict["boundary"] == "publication"
         assert verdict["cause"].startswith("the plugin is not registered on node node-01")
+
+
+def test_events_k8s_io_series_count_as_retry_history() -> None:
+    """Newer writers keep the repeat count in `series`: two observations of a scheduling
+    failure are a stable answer, not a delay."""
+    f = healthy(age=5)
+    f.pods[0]["spec"].pop("nodeName")
+    f.pods[0]["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/4 nodes are available"}]}
+    f.claims["w0-ch"]["status"] = {}
+    failed = event(f.pods[0], "FailedScheduling", "0/4 nodes are available")
+    f.events = [failed]
+    assert evaluate(f, grace=120).verdict()["status"] == WAITING
+    failed.update(count=None, lastTimestamp=None,
+                  series={"count": 3, "lastObservedTime": ago(1)})
+    verdict = evaluate(f, grace=120).verdict()
+    assert (verdict["boundary"], verdict["status"]) == ("allocation", BROKEN)
