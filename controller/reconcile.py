@@ -217,6 +217,7 @@ class Reconciler:
     async def _prune_cliques(self, uid: str) -> None:
         managed = self._cfg.managed_namespaces
         pod_nodes = status.pod_node_names(Caches.labeled(self._caches.pods, uid, managed))
+        live: dict[str, set[str]] = {}  # namespace -> nodes of the daemon pods the server has
         for clique in Caches.labeled(self._caches.cliques, uid, managed):
             kept = status.prune_clique_daemons(clique, pod_nodes)
             if kept is None:
@@ -224,12 +225,15 @@ class Reconciler:
             md = _md(clique)
             # The pod cache can lag the clique cache (a dropped watch, a re-list): a daemon
             # that just joined would look stale and lose its entry (reference sigs#1418).
-            # Removing is destructive, so ask the server which daemon pods exist first.
-            live = await call(self._core.list_namespaced_pod, md["namespace"],
-                              label_selector=f"{names.LABEL_COMPUTE_DOMAIN}={uid}",
-                              _preload_content=False)
-            pods = json.loads(live.data).get("items") or ()
-            kept = status.prune_clique_daemons(clique, status.pod_node_names(pods))
+            # Removing is destructive, so ask the server which daemon pods exist first
+            # (once per namespace and pass).
+            if md["namespace"] not in live:
+                listed = await call(self._core.list_namespaced_pod, md["namespace"],
+                                    label_selector=f"{names.LABEL_COMPUTE_DOMAIN}={uid}",
+                                    _preload_content=False)
+                live[md["namespace"]] = status.pod_node_names(
+                    json.loads(listed.data).get("items") or ())
+            kept = status.prune_clique_daemons(clique, live[md["namespace"]])
             if kept is None:
                 continue
             body = {**clique, "daemons": kept}

@@ -248,11 +248,11 @@ def _gather_domain(reader: Reader, facts: Facts) -> None:
     facts.claims = {md(c)["name"]: c
                     for c in reader.items(ns_path(ns, "resourceclaims", "resource.k8s.io"))}
     facts.daemon_pods = reader.items(ns_path(dns, "pods"), labels=selector)
+    daemon_uids = {md(p).get("uid") for p in facts.daemon_pods}
     facts.daemon_claims = {
         md(c)["name"]: c
         for c in reader.items(ns_path(dns, "resourceclaims", "resource.k8s.io"))
-        if any(r.get("uid") in {md(p).get("uid") for p in facts.daemon_pods}
-               for r in md(c).get("ownerReferences") or ())}
+        if any(r.get("uid") in daemon_uids for r in md(c).get("ownerReferences") or ())}
     facts.cliques = reader.items(
         ns_path(dns, names.PLURAL_CLIQUES, names.GROUP, names.VERSION), labels=selector)
     facts.events = reader.items(ns_path(ns, "events"))

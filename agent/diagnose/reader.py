@@ -30,11 +30,9 @@ class Reader:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
         self.errors: dict[str, str] = {}  # path -> why it could not be read
-        self.requests = 0
 
     def _get(self, path: str, query: dict[str, str] | None = None) -> Obj | None:
         """The object at `path`; None if it does not exist or could not be read."""
-        self.requests += 1
         try:
             status, data = self._send(path, list((query or {}).items()))
         except ApiException as err:  # older clients raise for every non-2xx answer
@@ -75,10 +73,6 @@ class Reader:
             query["fieldSelector"] = fields
         listed = self._get(path, query)
         return list((listed or {}).get("items") or [])
-
-    def failed(self, path: str) -> str | None:
-        """Why `path` could not be read, if it could not."""
-        return self.errors.get(path)
 
 
 def named(path: str, name: str) -> str:

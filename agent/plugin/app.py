@@ -33,10 +33,11 @@ from agent.discovery.nvml import FixtureSource, NvmlSource, PynvmlSource
 from agent.discovery.single_node import is_single_node_nvlink
 from agent.plugin.cluster import ClusterView
 from agent.plugin.config import PluginConfig
-from agent.plugin.driver import Driver, DriverSettings, Maintenance
+from agent.plugin.driver import Driver, DriverSettings
 from agent.plugin.edits import CdiEdits
 from agent.plugin.grpcserver import KubeletServers
 from agent.plugin.health import HealthServer
+from agent.plugin.maintenance import Maintenance
 from agent.plugin.metrics import MetricsServer, PluginMetrics
 from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.plugin.errors import HostNotReadyError, NotReadyError
 from api import names
-from api.events import EventRecorder, pod_ref
+from api.events import TYPE_NORMAL, TYPE_WARNING, EventRecorder, pod_ref
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +63,13 @@ class ClaimEvents:
         by the label this Prepare sets), so it is a Normal Event; if it lasts, kubelet's
         Warning follows with the same reason. A host daemon is meant to be up already."""
         reason = wait_reason(err)
-        if reason == names.EVENT_CHANNEL_WAITING:
-            for pod in reserving_pods(claim):
-                self._recorder.normal(pod, reason, str(err))
-        elif reason is not None:
-            self._warn(claim, reason, str(err))
+        if reason is not None:
+            normal = reason == names.EVENT_CHANNEL_WAITING
+            self._record(claim, reason, str(err), TYPE_NORMAL if normal else TYPE_WARNING)
 
     def failed(self, claim: dict[str, Any], error: str) -> None:
         """The error that goes back to kubelet (permanent, or retryable and still failing)."""
-        self._warn(claim, names.EVENT_PREPARE_FAILED, error)
+        self._record(claim, names.EVENT_PREPARE_FAILED, error, TYPE_WARNING)
 
     def prepared(self, claim: dict[str, Any], outcomes: Iterable[ChannelOutcome]) -> None:
         """A channel claim's first successful Prepare: what it gave the pod, or that it
@@ -85,20 +83,19 @@ class ClaimEvents:
                 f"{o.channels} of ComputeDomain {o.domain_id}, CDI devices "
                 f"{', '.join(o.cdi_ids)}" for o in with_channel)
             message = f"prepared on node {self._node}: {what}"
-            for pod in reserving_pods(claim):
-                self._recorder.normal(pod, names.EVENT_CHANNEL_PREPARED, message, key=uid)
+            self._record(claim, names.EVENT_CHANNEL_PREPARED, message, TYPE_NORMAL, key=uid)
         if without:
             domains = ", ".join(sorted({o.domain_id for o in without}))
             message = (f"prepared on node {self._node}, which has no NVLink clique ID: no IMEX "
                        f"channel device was injected for ComputeDomain {domains}; the pod runs "
                        "without Multi-Node NVLink (MNNVL)")
-            for pod in reserving_pods(claim):
-                self._recorder.warning(pod, names.EVENT_NO_CHANNEL, message, key=uid)
+            self._record(claim, names.EVENT_NO_CHANNEL, message, TYPE_WARNING, key=uid)
 
-    def _warn(self, claim: dict[str, Any], reason: str, message: str) -> None:
+    def _record(self, claim: dict[str, Any], reason: str, message: str, type_: str, *,
+                key: str = "") -> None:
         pods = reserving_pods(claim)
         if not pods:
             log.debug("no pod reserves claim %s: no %s event",
                       (claim.get("metadata") or {}).get("name"), reason)
         for pod in pods:
-            self._recorder.warning(pod, reason, message)
+            self._recorder.record(pod, reason, message, type_, key=key)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -246,6 +245,22 @@ class Driver:
 
     # --- checkpoint ----------------------------------------------------------------------
 
+    def stale_started(self) -> list[ClaimRef]:
+        """Claims whose Prepare started and never finished (candidates for cleanup)."""
+        return [ClaimRef(e.namespace, uid, e.name)
+                for uid, e in list(self.checkpoint.claims.items())
+                if e.state == STARTED and e.name]
+
+    async def sweep(self) -> tuple[int, int]:
+        """Drop expired tombstones and the CDI files of claims the checkpoint no longer
+        knows, under the node lock; (tombstones, orphaned files) removed."""
+        async with self._lock.held():
+            expired = self.checkpoint.delete_expired_tombstones(datetime.now(UTC))
+            if expired:
+                self._save()
+            known = {u for u, e in self.checkpoint.claims.items() if e.state != ABORTED}
+            return len(expired), len(self._edits.remove_orphaned_specs(known))
+
     def _save(self) -> None:
         self._store.write(self.checkpoint)
         if self._metrics is not None:
@@ -459,49 +474,6 @@ class Driver:
         for group in groups:
             if group.is_channel:
                 await self._cluster.remove_cd_label(group.config.domain_id)
-
-
-class Maintenance:
-    """The periodic clean-up of §6, plus orphaned CDI files and domain directories."""
-
-    def __init__(self, driver: Driver, claim_exists: Callable[[ClaimRef], Awaitable[bool]],
-                 domain_exists: Callable[[str], bool], domains_dir: Path) -> None:
-        self._driver = driver
-        self._claim_exists = claim_exists
-        self._domain_exists = domain_exists
-        self._domains_dir = domains_dir
-
-    async def run_once(self) -> dict[str, int]:
-        d = self._driver
-        stale = []
-        for uid, entry in list(d.checkpoint.claims.items()):
-            if entry.state != STARTED or not entry.name:
-                continue
-            ref = ClaimRef(entry.namespace, uid, entry.name)
-            try:
-                if not await self._claim_exists(ref):
-                    stale.append(ref)
-            except Exception as err:  # API trouble: try again next time
-                log.info("cleanup: cannot check claim %s: %s", ref, err)
-        if stale:
-            await d.unprepare(stale)
-        async with d._lock.held():
-            expired = d.checkpoint.delete_expired_tombstones(datetime.now(UTC))
-            if expired:
-                d._save()
-            known = {u for u, e in d.checkpoint.claims.items() if e.state != ABORTED}
-            orphans = d._edits.remove_orphaned_specs(known)
-        removed_domains = 0
-        if self._domains_dir.is_dir():
-            for child in self._domains_dir.iterdir():
-                if child.is_dir() and not self._domain_exists(child.name):
-                    await asyncio.to_thread(shutil.rmtree, child, True)
-                    removed_domains += 1
-        counts = {"stale": len(stale), "tombstones": len(expired), "orphans": len(orphans),
-                  "domains": removed_domains}
-        if any(counts.values()):
-            log.info("cleanup: %s", counts)
-        return counts
 
 
 def _results_from(entry: ClaimEntry) -> list[PreparedDeviceResult]:

@@ -44,15 +44,8 @@ from kubernetes import client
 from api import names
 from api.kube import Informer, call, status_of
 from cdi import CDIError
-from sim.cluster.dra import (
-    ClaimRef,
-    ContainerView,
-    DraClient,
-    DraError,
-    PluginWatcher,
-    PreparedClaim,
-    container_view,
-)
+from sim.cluster.containerview import ContainerView, container_view
+from sim.cluster.dra import ClaimRef, DraClient, DraError, PluginWatcher, PreparedClaim
 
 log = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -69,7 +70,9 @@ def test_status_from_cliques_and_non_fabric_pods(controller, api):
     assert got["status"]["status"] == "Ready"
 
 
-def test_clique_entries_without_a_daemon_pod_are_pruned(controller, api):
+def _live_and_gone_entries(api) -> tuple[str, Callable[[], dict]]:
+    """A CD whose clique lists n1 (its daemon pod exists) and `gone` (no pod); the CD UID
+    and a reader of the clique."""
     cd = api.create_cd("cd1")
     uid = cd["metadata"]["uid"]
     api.daemon_pod("d1", uid, "n1", clique_id="c1", ip="10.0.0.1")
@@ -77,11 +80,18 @@ def test_clique_entries_without_a_daemon_pod_are_pruned(controller, api):
         {"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c1", "index": 0},
         {"nodeName": "gone", "ipAddress": "10.0.0.9", "cliqueID": "c1", "index": 1}])
 
-    def daemons():
-        obj = api.custom.get_namespaced_custom_object(
+    def read() -> dict:
+        return api.custom.get_namespaced_custom_object(
             names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES,
             names.clique_object_name(uid, "c1"))
-        return [d["nodeName"] for d in obj.get("daemons") or []]
+    return uid, read
+
+
+def test_clique_entries_without_a_daemon_pod_are_pruned(controller, api):
+    _, read = _live_and_gone_entries(api)
+
+    def daemons():
+        return [d["nodeName"] for d in read().get("daemons") or []]
     wait_for(lambda: daemons() == ["n1"], what="pruning")
 
 
@@ -92,18 +102,8 @@ def test_a_lagging_pod_cache_never_prunes_a_live_daemon(api):
     from controller.events import EventRecorder
     from controller.reconcile import Reconciler
 
-    cd = api.create_cd("cd1")
-    uid = cd["metadata"]["uid"]
-    api.daemon_pod("d1", uid, "n1", clique_id="c1", ip="10.0.0.1")
-    api.clique(uid, "c1", [
-        {"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c1", "index": 0},
-        {"nodeName": "gone", "ipAddress": "10.0.0.9", "cliqueID": "c1", "index": 1}])
+    uid, read = _live_and_gone_entries(api)
     name = names.clique_object_name(uid, "c1")
-
-    def read() -> dict:
-        return api.custom.get_namespaced_custom_object(
-            names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES, name)
-
     lagging = SimpleNamespace(pods=SimpleNamespace(items={}),  # knows no daemon pod at all
                               cliques=SimpleNamespace(items={f"{DRIVER_NS}/{name}": read()}))
     reconciler = Reconciler(api.api, make_config(), lagging, EventRecorder(api.api, "test"))

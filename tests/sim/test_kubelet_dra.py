@@ -15,6 +15,7 @@ from plugin_env import NODE, AgentThread, NodeEnv
 from api import names
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+from sim.cluster.containerview import container_view
 from sim.cluster.dra import (
     V1,
     ClaimRef,
@@ -22,7 +23,6 @@ from sim.cluster.dra import (
     DraError,
     PluginWatcher,
     RegisteredPlugin,
-    container_view,
 )
 
 
