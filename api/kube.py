@@ -174,9 +174,15 @@ class Informer:
         with contextlib.suppress(RuntimeError):  # loop closed during shutdown
             self._loop.call_soon_threadsafe(fn, *args)
 
+    def _done(self) -> bool:
+        """Stopped, or its loop is gone: nobody is left to deliver to (e.g. a process
+        shutting down whose owner never called stop); the thread ends instead of retrying
+        into interpreter shutdown."""
+        return self._stop.is_set() or self._loop.is_closed()
+
     def _run(self) -> None:
         delay = 0.2
-        while not self._stop.is_set():
+        while not self._done():
             try:
                 listing = self._to_dict(self._list_fn(**self._kwargs, _request_timeout=30))
                 self._post(self._replace, [self._to_dict(o) for o in listing.get("items") or []])
@@ -187,14 +193,14 @@ class Informer:
                 for event in stream.stream(self._list_fn, **self._kwargs, resource_version=rv,
                                            timeout_seconds=30, allow_watch_bookmarks=True,
                                            _request_timeout=60):
-                    if self._stop.is_set():
+                    if self._done():
                         stream.stop()
                         break
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         self._post(self._apply, event["type"], self._to_dict(event["object"]))
                 delay = 0.2
             except ApiException as err:
-                if self._stop.is_set():
+                if self._done():
                     return
                 if err.status != 410:
                     log.warning("%s watch failed (%s %s); re-listing", self.name, err.status,
@@ -202,7 +208,7 @@ class Informer:
                     self._stop.wait(delay * self._rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 10.0)
             except Exception as err:
-                if self._stop.is_set():
+                if self._done():
                     return
                 log.warning("%s watch failed (%s); re-listing", self.name, err)
                 self._stop.wait(delay * self._rng.uniform(0.5, 1.5))

@@ -179,14 +179,18 @@ class ControllerApp:
 
 
 async def _until(stop: asyncio.Event, task: asyncio.Future[Any]) -> None:
-    """Run `task` until it ends or `stop` is set; then cancel it and wait."""
+    """Run `task` until it ends or `stop` is set; then cancel it and wait. Also when we are
+    cancelled ourselves: the task's finally-blocks (informer threads stopped, Lease
+    released) must run before we return, never be left to the garbage collector."""
     waiter = asyncio.ensure_future(stop.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
-    for t in (task, waiter):
-        t.cancel()
-    for t in (task, waiter):
-        with contextlib.suppress(asyncio.CancelledError):
-            await t
+    try:
+        await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, waiter):
+            t.cancel()
+        for t in (task, waiter):
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
     if task.done() and not task.cancelled() and task.exception() is not None:
         raise task.exception()  # type: ignore[misc]
 
