@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from api.cli import Subcommands, run_program
+from sim.controlplane import CONTROL_PLANES, EMULATOR, KUBERNETES
 
 PROG = "compute-domain-sim"
 
@@ -138,6 +139,14 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
         help="directory for the nodes' files and logs (default: a new /tmp dir)",
     )
     parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default=EMULATOR,
+        help="the API emulator with the sim's scheduler and controllers (emulator, the "
+        "default), or upstream etcd, kube-apiserver, kube-controller-manager and "
+        "kube-scheduler (kubernetes; build them first with `make k8s`)",
+    )
+    parser.add_argument(
         "--in-process",
         action="store_true",
         help="run the agents, IMEX daemons and fake IMEX as tasks in this process (scale)",
@@ -160,6 +169,12 @@ def _cluster_error(args: argparse.Namespace) -> str | None:
         return "--agent runs a program per node; it cannot be combined with --in-process"
     if args.agent is not None and not args.agent.is_file():
         return f"--agent {args.agent}: no such file"
+    if args.control_plane == KUBERNETES:
+        from sim.controlplane.binaries import available
+
+        built, why = available()
+        if not built:
+            return f"--control-plane kubernetes: {why}"
     return None
 
 
@@ -179,6 +194,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         agent_program=args.agent,
         in_process=args.in_process,
+        control_plane=args.control_plane,
     )
     if args.workload is not None:
         from sim.cluster.example import load
@@ -210,6 +226,7 @@ def _run_up(args: argparse.Namespace) -> int:
         "cliques": args.cliques,
         "mode": args.mode,
         "in_process": args.in_process,
+        "control_plane": args.control_plane,
     }
     if args.agent is not None:
         kwargs["agent_program"] = args.agent
@@ -225,7 +242,8 @@ def _run_up(args: argparse.Namespace) -> int:
             shutil.copy(cluster.kubeconfigs["admin"], args.kubeconfig_out)
             args.kubeconfig_out.chmod(0o600)
             print(
-                f"simulated cluster up: {len(cluster.nodes)} nodes, API {cluster.url}\n"
+                f"simulated cluster up: {len(cluster.nodes)} nodes, API {cluster.url}"
+                f" ({cluster.spec.control_plane} {cluster.server_version()})\n"
                 f"  kubectl --kubeconfig {args.kubeconfig_out} get nodes\n"
                 f"  node files and logs: {root}\nCtrl-C stops it.",
                 flush=True,

@@ -47,6 +47,7 @@ from sim.apiserver.store import (
     clone,
 )
 from sim.apiserver.strategic_patch import STRATEGIC_MERGE_KINDS, apply_strategic_merge_patch
+from sim.apiserver.tokenrequest import issue_token
 
 log = logging.getLogger(__name__)
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
@@ -320,6 +321,7 @@ class ApiServer:
             and not (sub == "status" and info.status_subresource)
             and not (sub == "finalize" and info.kind == "Namespace")
             and not (sub == "binding" and info.kind == "Pod" and info.builtin)
+            and not (sub == "token" and info.kind == "ServiceAccount" and info.builtin)
         ):
             raise not_found
         if info.namespaced and not namespace and name:
@@ -422,6 +424,10 @@ class ApiServer:
             self.stats.count("create", who)
             created = self.lifecycle.create(t.info, t.namespace, body, dry_run=dry_run, opts=opts)
             return self._respond_object(request, t.info, created, 201, opts.warnings)
+        if method == "POST" and t.subresource == "token":
+            self.stats.count("create", who)
+            issued = issue_token(self.store, self.authenticator, t.namespace, t.name, body)
+            return self._json(issued, 201)
         if method == "POST" and t.subresource == "binding":
             self.stats.count("create", who)
             bound = self._counting_conflicts(lambda: self._bind(t, body), who)

@@ -1,17 +1,21 @@
-"""The simulated cluster: API emulator, cluster actors, nodes, and the real driver.
+"""The simulated cluster: a control plane, nodes, and the real driver.
 
 `SimCluster` puts the pieces of `sim/` together the way a real cluster is put together:
 
-- the API emulator with authentication and RBAC enforced;
+- a control plane (`sim.controlplane`): the API emulator with the sim's scheduler and
+  workload controllers (`emulator`, the default), or upstream etcd, kube-apiserver,
+  kube-controller-manager and kube-scheduler (`kubernetes`, built by `make k8s`); either
+  way authentication and RBAC are enforced;
 - the deploy manifests (`packaging/deploy`, the overlay of the IMEX mode) installed as an
   admin would install them, except the controller Deployment and the agent DaemonSet,
-  whose programs run here as real processes on the "hosts" instead (with their own
-  kubeconfigs holding their ServiceAccounts' tokens, so the shipped RBAC is what they get);
-- the control-plane actors a driver depends on: the ResourceClaim controller, the DRA
-  scheduler, the DaemonSet and Job controllers (on this process's event loop);
+  whose programs run here as real processes on the "hosts" instead (with kubeconfigs
+  holding ServiceAccount tokens the API server issued, so the shipped RBAC is what they
+  get);
 - per node: host directories and fixtures (`NodeHost`), a loopback address, a kubelet
-  (`SimKubelet`) that runs the daemon pods' `compute-domain-agent daemon run` as processes
-  with the fake `nvidia-imex` on PATH, and the agent (`compute-domain-agent plugin`);
+  (`SimKubelet`) that registers the Node and heartbeats its Lease with the node's own
+  credentials, runs the daemon pods' `compute-domain-agent daemon run` as processes with
+  the fake `nvidia-imex` on PATH (each with a token bound to its pod) and serves the
+  kubelet API for `kubectl logs`, and the agent (`compute-domain-agent plugin`);
 - in host-managed mode, a fake host `nvidia-imex` per node that the admin would run.
 
 With `ClusterSpec(in_process=True)` (scale: hundreds of nodes) the agents, the daemon
@@ -32,7 +36,6 @@ import contextlib
 import logging
 import math
 import os
-import secrets
 import sys
 import time
 import urllib.error
@@ -46,19 +49,17 @@ from typing import Any, Final
 from kubernetes import client
 
 from api import names
-from api.kube import call
-from sim.apiserver.authn import ADMIN, TokenAuthenticator
-from sim.apiserver.kubeconfig import write_kubeconfig
+from api.kube import call, call_retrying
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
-from sim.cluster.claims import ClaimController
 from sim.cluster.hostimex import HostImex
 from sim.cluster.inprocess import InProcessAgent, InProcessHost
 from sim.cluster.kubelet import WIPE_SLICES_AFTER, SimKubelet, container_env
 from sim.cluster.node import NodeHost, node_ip, random_network
+from sim.cluster.nodestatus import NodeSpec
 from sim.cluster.processes import ManagedProcess, free_port
-from sim.cluster.scheduler import Scheduler
-from sim.cluster.workloads import DaemonSetController, JobController
+from sim.controlplane import CONTROL_PLANES, EMULATOR, KUBERNETES
+from sim.controlplane.base import ControlPlane, Credentials
 from sim.fakeimex.install import install as install_fake_imex
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ _DRIVER_ENV: Final = frozenset(
 )
 # Controller and agent programs run here by default (the venv's console scripts).
 DEFAULT_BIN_DIR: Final = Path(sys.executable).parent
+# How long the tokens of the controller and the agents (processes, not pods) live.
+PROGRAM_TOKEN_SECONDS: Final = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -97,10 +100,15 @@ class ClusterSpec:
     # Merged over the env the manifests give the controller / each agent (last word).
     controller_env: Mapping[str, str] = field(default_factory=dict)
     agent_env: Mapping[str, str] = field(default_factory=dict)
+    control_plane: str = EMULATOR  # or KUBERNETES: upstream components (make k8s)
 
     def validate(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.control_plane not in CONTROL_PLANES:
+            raise ValueError(
+                f"control plane {self.control_plane!r} is not one of {', '.join(CONTROL_PLANES)}"
+            )
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1 (got {self.nodes})")
         if self.nodes + self.non_fabric > 254:
@@ -164,14 +172,11 @@ class SimCluster:
         self.objects = manifests.render(manifests.overlay_path(spec.mode))
         self.namespace = _single(self.objects, "Namespace")["metadata"]["name"]
         self.accounts = _service_accounts(self.objects)
-        self.tokens = {role: secrets.token_hex(16) for role in self.accounts}
-        self.admin_token = secrets.token_hex(16)
-        self.server: ServerThread | None = None
+        self.control_plane: ControlPlane = _control_plane(spec.control_plane, self.root)
         self.admin: client.ApiClient | None = None
         self.kubeconfigs: dict[str, Path] = {}
         self.nodes: dict[str, SimNode] = {}
         self.controller: ManagedProcess | None = None
-        self.actors: list[Any] = []
         self.controller_port = 0
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sim")
         self.in_process = InProcessHost(spec.verbosity) if spec.in_process else None
@@ -182,8 +187,15 @@ class SimCluster:
 
     @property
     def url(self) -> str:
-        assert self.server is not None
-        return self.server.url
+        return self.control_plane.admin.server
+
+    @property
+    def server(self) -> ServerThread | None:
+        """The emulator (its fault knobs and store), or None on the upstream control plane."""
+        return getattr(self.control_plane, "server", None)
+
+    def server_version(self) -> str:
+        return self.control_plane.server_version()
 
     # --- bring-up --------------------------------------------------------------------
 
@@ -192,26 +204,17 @@ class SimCluster:
         # default pool of cores + 4.
         asyncio.get_running_loop().set_default_executor(self._executor)
         self.root.mkdir(parents=True, exist_ok=True)
-        # Token-less requests (kubectl over plain HTTP) act as the admin; the driver's
-        # programs send their ServiceAccount tokens, and RBAC applies to them.
-        auth = TokenAuthenticator(anonymous=ADMIN)
-        auth.add_admin(self.admin_token)
-        for role, account in self.accounts.items():
-            auth.add_service_account(self.tokens[role], self.namespace, account)
-        self.server = ServerThread(authenticator=auth).start()
-        self.admin = self._client(self.admin_token)
-        self.kubeconfigs["admin"] = write_kubeconfig(
-            self.root / "kubeconfig", self.url, token=self.admin_token
-        )
-        for role, token in self.tokens.items():
-            self.kubeconfigs[role] = write_kubeconfig(
-                self.root / "kubeconfigs" / role, self.url, token=token, namespace=self.namespace
+        await self.control_plane.start(install=self._install)
+        admin = self.control_plane.admin
+        self.kubeconfigs["admin"] = admin.write_kubeconfig(self.root / "kubeconfig")
+        for role in ("controller", "agent"):
+            token = await self.service_account_token(self.accounts[role])
+            self.kubeconfigs[role] = admin.with_token(token).write_kubeconfig(
+                self.root / "kubeconfigs" / role, namespace=self.namespace
             )
-        await call(manifests.apply, self.admin, self.install_objects())
         install_fake_imex(self.root / "bin")
         if self.in_process is not None:
             self.in_process.open()
-        await self._start_actors()
         for index, (name, clique) in enumerate(self.spec.layout(), start=1):
             await self._add_node(name, index, clique)
         self.controller_port = free_port("127.0.0.1")
@@ -225,50 +228,59 @@ class SimCluster:
         await self.controller.start()
         await asyncio.gather(*(n.agent.start() for n in self.nodes.values()))
         await self.wait_ready()
+        await self.control_plane.wait_settled()
+
+    async def service_account_token(
+        self, account: str, namespace: str | None = None, seconds: int = PROGRAM_TOKEN_SECONDS
+    ) -> str:
+        """A token of ServiceAccount `account` from the API server's TokenRequest API, as
+        an admin gets one (`kubectl create token`)."""
+        assert self.admin is not None
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        }
+        core = client.CoreV1Api(self.admin)
+        answer = await call_retrying(
+            core.create_namespaced_service_account_token,
+            account,
+            namespace or self.namespace,
+            body,
+        )
+        return str(answer.status.token)
+
+    async def _install(self, admin: Credentials) -> None:
+        """The admin installs the driver's manifests (before the controllers start)."""
+        self.admin = admin.api_client()
+        await call(manifests.apply, self.admin, self.install_objects())
+
+    def user_kubeconfig(self, name: str, groups: Sequence[str] = ()) -> Path:
+        """A kubeconfig of a plain user `name` (RBAC decides what it may do)."""
+        credentials = self.control_plane.user(name, groups)
+        return credentials.write_kubeconfig(self.root / "users" / f"{name}.kubeconfig")
 
     def install_objects(self) -> list[Obj]:
         """The manifests minus the controller Deployment and the agent DaemonSet (their
         programs run as processes here)."""
         return [o for o in self.objects if o.get("kind") not in ("Deployment", "DaemonSet")]
 
-    def _client(self, token: str) -> client.ApiClient:
-        config = client.Configuration()
-        config.host = self.url
-        config.api_key = {"authorization": f"Bearer {token}"}
-        config.connection_pool_maxsize = 64
-        return client.ApiClient(config)
-
-    async def _start_actors(self) -> None:
-        assert self.admin is not None
-        self.actors = [
-            ClaimController(self.admin),
-            Scheduler(self.admin, retry_seconds=1.0),
-            DaemonSetController(self.admin, resync_seconds=10.0),
-            JobController(self.admin, resync_seconds=10.0),
-        ]
-        for actor in self.actors:
-            actor.start()
-
     async def _add_node(self, name: str, index: int, clique: int | None) -> None:
-        assert self.admin is not None
         ip = node_ip(index, self.network)
         host = NodeHost(self.root / "nodes" / name, name, clique)
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
         if clique is not None:
             labels["nvidia.com/gpu.present"] = "true"
-        body = {
-            "metadata": {"name": name, "labels": labels},
-            "status": {
-                "addresses": [
-                    {"type": "InternalIP", "address": ip},
-                    {"type": "Hostname", "address": name},
-                ],
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-        await call(client.CoreV1Api(self.admin).create_node, body)
+        plane = self.control_plane
+        node_spec = NodeSpec(
+            name,
+            ip,
+            labels,
+            kubelet_port=free_port(ip),
+            kubelet_version=plane.server_version(),
+        )
         kubelet = SimKubelet(
-            self.admin,
+            plane.node_credentials(name).api_client(),
             name,
             registry_dir=host.root / "registry",
             cdi_dirs=[host.cdi_dir],
@@ -281,6 +293,9 @@ class SimCluster:
             backoff_cap=5.0,
             executor=self.in_process.executor if self.in_process is not None else None,
             wipe_slices_after=self.spec.slice_wipe_delay,
+            node=node_spec,
+            tls=plane.kubelet_tls(name, ip),
+            server=Credentials(plane.admin.server, plane.admin.ca_file),
         )
         env = self._manifest_env(
             "DaemonSet", f"compute-domain-kubelet-plugin-{name}", name, ip
@@ -297,6 +312,7 @@ class SimCluster:
         if self.host_managed:
             node.host_imex = HostImex(host, ip, self.root / "bin")
         self.nodes[name] = node
+        await kubelet.register()
         kubelet.start()
         if node.host_imex is not None:
             await node.host_imex.start(peers=self._clique_peers(clique))
@@ -310,9 +326,9 @@ class SimCluster:
         ]
 
     def _daemon_env(self) -> dict[str, str]:
-        """What the daemon pods' containers get beyond their pod spec: the daemon
-        ServiceAccount's kubeconfig (standing in for the projected token) and the fake
-        IMEX's knobs; `{pod_dir}` is each pod's own directory.
+        """What the daemon pods' containers get beyond their pod spec (and the kubeconfig
+        of the token their kubelet requested for them): the fake IMEX's knobs;
+        `{pod_dir}` is each pod's own directory.
 
         Small clusters poll and heartbeat fast so a demo is snappy. Large ones keep the
         daemon's production poll interval (1 s), and a slower fake heartbeat: on one
@@ -321,7 +337,6 @@ class SimCluster:
         messages a second)."""
         small = self.spec.nodes + self.spec.non_fabric <= SMALL_CLUSTER
         env = {
-            names.ENV_KUBECONFIG: str(self.kubeconfigs.get("daemon", "")),
             "FAKE_IMEX_HOSTS_FILE": "{pod_dir}/hosts",
             "FAKE_IMEX_STATE_FILE": "{pod_dir}/imex-state.json",
             "FAKE_IMEX_HEARTBEAT": "0.2" if small else "2",
@@ -443,17 +458,29 @@ class SimCluster:
             *(n.host_imex.stop() for n in self.nodes.values() if n.host_imex is not None),
             return_exceptions=True,
         )
-        await asyncio.gather(*(a.stop() for a in self.actors), return_exceptions=True)
+        for node in self.nodes.values():
+            node.kubelet.api.close()
         if self.admin is not None:
             self.admin.close()
-        if self.server is not None:
-            self.server.close()
-            self.server = None
+            self.admin = None
+        await self.control_plane.stop()
 
     def processes(self) -> list[ManagedProcess]:
-        """The driver's programs running as processes (in-process agents are not)."""
+        """The processes this cluster runs: the driver's programs (in-process agents are
+        not processes) and the upstream control plane's components."""
         out = [n.agent for n in self.nodes.values() if isinstance(n.agent, ManagedProcess)]
+        out += self.control_plane.processes()
         return out + ([self.controller] if self.controller is not None else [])
+
+
+def _control_plane(kind: str, root: Path) -> ControlPlane:
+    if kind == KUBERNETES:
+        from sim.controlplane.upstream import KubernetesControlPlane
+
+        return KubernetesControlPlane(root / "control-plane")
+    from sim.controlplane.emulator import EmulatorControlPlane
+
+    return EmulatorControlPlane(root / "control-plane")
 
 
 def _get(url: str) -> str:

@@ -42,11 +42,13 @@ class DemoResult:
     time_to_ready_s: float | None = None
     cleanup_s: float | None = None
     leftovers: list[str] = field(default_factory=list)
+    server_version: str | None = None
 
     def to_dict(self) -> Obj:
         return {
             "ok": self.ok,
             "failedStep": self.failed_step,
+            "server_version": self.server_version,
             "cluster": self.cluster,
             "applied": self.applied,
             "computeDomains": [c.to_dict() for c in self.chains],
@@ -225,6 +227,7 @@ class DemoOptions:
     timeout: float = 300.0
     agent_program: Path | None = None
     in_process: bool = False
+    control_plane: str = "emulator"
 
 
 async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoResult:
@@ -239,6 +242,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         "mode": opts.mode,
     }
     spec_kwargs["in_process"] = opts.in_process
+    spec_kwargs["control_plane"] = opts.control_plane
     if opts.agent_program is not None:
         spec_kwargs["agent_program"] = opts.agent_program
     cluster = SimCluster(ClusterSpec(**spec_kwargs))
@@ -248,17 +252,21 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         started = time.monotonic()
         await cluster.start()
         layout = cluster.spec.layout()
+        result.server_version = cluster.server_version()
         result.cluster = {
             "nodes": len(layout),
             "cliques": cluster.spec.clique_count,
             "mode": opts.mode,
+            "controlPlane": opts.control_plane,
+            "serverVersion": result.server_version,
             "api": cluster.url,
             "root": str(root),
             "startSeconds": round(time.monotonic() - started, 3),
         }
         say(
             f"cluster up: {len(layout)} nodes, {cluster.spec.clique_count} clique(s), "
-            f"{opts.mode}, API {cluster.url} ({result.cluster['startSeconds']:.1f}s)"
+            f"{opts.mode}, {opts.control_plane} control plane {result.server_version}, "
+            f"API {cluster.url} ({result.cluster['startSeconds']:.1f}s)"
         )
         if objects is None:
             first = [n for n in cluster.nodes.values() if n.host.clique == 1]

@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import signal
+import ssl
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -42,10 +43,13 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from api import names
-from api.kube import Informer, call, status_of
+from api.kube import Informer, call, call_retrying, status_of
 from cdi import CDIError
 from sim.cluster.containerview import ContainerView, container_view
 from sim.cluster.dra import ClaimRef, DraClient, DraError, PluginWatcher, PreparedClaim
+from sim.cluster.kubeletapi import KubeletServer, PodLogs
+from sim.cluster.nodestatus import NodeAgent, NodeSpec
+from sim.controlplane.base import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,9 @@ PREPARE_FAILED = "FailedPrepareDynamicResources"
 _POLL = 0.1
 # kubelet's wipingDelay: how long a deregistered DRA driver's ResourceSlices outlive it.
 WIPE_SLICES_AFTER = 30.0
+# What kubelet asks for a projected ServiceAccount token; kube-apiserver extends such a
+# token's life (--service-account-extend-token-expiration) and kubelet renews it.
+POD_TOKEN_SECONDS = 3607
 
 
 def _now() -> str:
@@ -399,6 +406,7 @@ class _PodWorker:
         self.refs: list[ClaimRef] = []
         self.processes: dict[str, _Process] = {}
         self.initialized = False
+        self.kubeconfig: Path | None = None
         self._dirty = asyncio.Event()
         self._workload_started = ""
 
@@ -457,11 +465,18 @@ class _PodWorker:
             hosts.write_text(f"127.0.0.1\tlocalhost\n{self.kubelet.pod_ip}\t{self.name}\n")
         for name, view in views.items():
             (self.dir / f"{name}.json").write_text(json.dumps(view.to_dict(), indent=2) + "\n")
-        self.initialized = True
         pod = self.pod()
         if pod is None:
             return False
-        for spec in (pod.get("spec") or {}).get("containers") or ():
+        containers = (pod.get("spec") or {}).get("containers") or ()
+        if self.kubelet.server is not None and any(map(self.kubelet.executes, containers)):
+            token = await self.kubelet.service_account_token(pod)
+            if token is not None:
+                self.kubeconfig = self.kubelet.server.with_token(token).write_kubeconfig(
+                    self.dir / "serviceaccount" / "kubeconfig", namespace=self.namespace
+                )
+        self.initialized = True
+        for spec in containers:
             if self.kubelet.executes(spec):
                 process = _Process(
                     self.kubelet,
@@ -477,23 +492,29 @@ class _PodWorker:
         return True
 
     async def _wait_claims(self) -> dict[str, Obj] | None:
-        """Pod claim name -> its ResourceClaim, once every one is allocated and reserved."""
+        """Pod claim name -> its ResourceClaim, once every one is allocated and reserved.
+
+        As kubelet's DRA manager: each claim is read by name when the pod arrives (Node
+        authorization lets a node read exactly the claims of its pods); a claim not yet
+        reserved for the pod is read again after a short, growing delay."""
         kubelet = self.kubelet
-        assert kubelet.claims is not None
+        attempt = 0
         while True:
             pod = self.pod()
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 return None
             found: dict[str, Obj] = {}
             for pod_name, claim_name in pod_claim_names(pod).items():
-                claim = kubelet.claims.items.get(f"{self.namespace}/{claim_name}")
-                if claim_name is None or claim is None or not claim_ready_for(claim, self.uid):
+                claim = await kubelet.read_claim(self.namespace, claim_name) if claim_name else None
+                if claim is None or not claim_ready_for(claim, self.uid):
                     break
                 found[pod_name] = claim
             else:
                 return found
-            # Either cache may bring the missing piece (a claim status, a pod claim status).
-            await asyncio.sleep(_POLL)
+            # A pod's claim status or the claim's reservation may still be on its way.
+            if await self._sleep_unless_ending(min(_POLL * 2**attempt, 1.0)):
+                return None
+            attempt += 1
 
     async def _prepare(self, claims: Mapping[str, Obj]) -> None:
         """NodePrepareResources for this driver's claims (all at once, as kubelet does)."""
@@ -536,6 +557,8 @@ class _PodWorker:
             if mount.container_path in MOUNT_ENV:
                 env[MOUNT_ENV[mount.container_path]] = mount.host_path
         env["HOSTS_FILE"] = str(self.dir / "hosts")
+        if self.kubeconfig is not None:  # the in-cluster credentials, as a kubeconfig
+            env[names.ENV_KUBECONFIG] = str(self.kubeconfig)
         pod_dir = str(self.dir)
         env.update({k: v.replace("{pod_dir}", pod_dir) for k, v in kubelet.env_extra.items()})
         if kubelet.path_extra:
@@ -710,6 +733,9 @@ class SimKubelet:
         plugin_poll: float = 0.2,
         executor: ContainerExecutor | None = None,
         wipe_slices_after: float | None = WIPE_SLICES_AFTER,
+        node: NodeSpec | None = None,
+        tls: ssl.SSLContext | None = None,
+        server: Credentials | None = None,
     ) -> None:
         self.api = api_client
         self.executor: ContainerExecutor = executor or ProcessExecutor()
@@ -735,30 +761,39 @@ class SimKubelet:
         )
         self.dra = DraClient()
         self.pods: Informer | None = None
-        self.claims: Informer | None = None
         self.workers: dict[str, tuple[_PodWorker, asyncio.Task[None]]] = {}
         self._watcher_task: asyncio.Task[None] | None = None
         # Driver name -> its pending ResourceSlice wipe.
         self._wipes: dict[str, asyncio.Task[None]] = {}
         # Names of the ResourceSlices this kubelet wiped, oldest first (for tests).
         self.wiped_slices: list[str] = []
+        self.node = NodeAgent(api_client, node) if node is not None else None
+        self.server_api = (
+            KubeletServer(node.address, node.kubelet_port, tls, self._pod_logs)
+            if node is not None and tls is not None
+            else None
+        )
+        # Where executed containers' ServiceAccount kubeconfigs point (None: no tokens).
+        self.server = server
 
     def executes(self, container: Mapping[str, Any]) -> bool:
         """Whether a container is executed (the driver's daemon) or only simulated."""
         command = list(container.get("command") or ())
         return bool(command) and Path(command[0]).name.startswith(self.run_commands)
 
+    async def register(self) -> None:
+        """Register the Node and serve the kubelet API (when given a NodeSpec and TLS):
+        what a kubelet does before any pod can be scheduled to it."""
+        if self.server_api is not None:
+            await self.server_api.start()
+        if self.node is not None:
+            await self.node.register()
+            self.node.start()
+
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.pods_dir.mkdir(parents=True, exist_ok=True)
         to_dict = self.api.sanitize_for_serialization
-        self.claims = Informer(
-            loop,
-            self.resource.list_resource_claim_for_all_namespaces,
-            _key,
-            f"kubelet-{self.node_name}-claims",
-            to_dict=to_dict,
-        )
         self.pods = Informer(
             loop,
             self.core.list_pod_for_all_namespaces,
@@ -769,13 +804,11 @@ class SimKubelet:
             on_change=self._on_pod,
         )
         self._watcher_task = loop.create_task(self.watcher.start(), name="kubelet-plugin-watcher")
-        self.claims.start()
         self.pods.start()
 
     async def stop(self) -> None:
-        for informer in (self.pods, self.claims):
-            if informer is not None:
-                informer.stop()
+        if self.pods is not None:
+            self.pods.stop()
         workers, self.workers = list(self.workers.values()), {}
         for _, task in workers:
             task.cancel()
@@ -789,6 +822,56 @@ class SimKubelet:
         await self.watcher.stop()
         for driver in list(self._wipes):
             self._cancel_wipe(driver)
+        if self.node is not None:
+            await self.node.stop()
+        if self.server_api is not None:
+            await self.server_api.stop()
+
+    async def read_claim(self, namespace: str, name: str) -> Obj | None:
+        """The ResourceClaim, read now (None if it does not exist or cannot be read yet)."""
+        try:
+            claim = await call(self.resource.read_namespaced_resource_claim, name, namespace)
+        except client.ApiException as err:
+            if err.status not in (403, 404, 429) and err.status < 500:
+                raise
+            return None
+        result: Obj = self.api.sanitize_for_serialization(claim)
+        return result
+
+    async def service_account_token(self, pod: Obj) -> str | None:
+        """A token of the pod's ServiceAccount bound to the pod, as kubelet requests one
+        for the projected `kube-api-access` volume (None: the pod asks for none)."""
+        spec = pod.get("spec") or {}
+        account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+        if not account or spec.get("automountServiceAccountToken") is False:
+            return None
+        md = pod["metadata"]
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": POD_TOKEN_SECONDS,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": md["name"],
+                    "uid": md["uid"],
+                },
+            },
+        }
+        answer = await call_retrying(
+            self.core.create_namespaced_service_account_token, account, md["namespace"], body
+        )
+        return str(answer.status.token)
+
+    def _pod_logs(self, namespace: str, name: str) -> PodLogs | None:
+        """The kubelet API's view of a pod on this node."""
+        for worker, task in self.workers.values():
+            if worker.namespace == namespace and worker.name == name:
+                pod = worker.pod() or {}
+                containers = [c["name"] for c in (pod.get("spec") or {}).get("containers") or ()]
+                return PodLogs(containers, worker.dir, lambda t=task: not t.done())
+        return None
 
     # --- ResourceSlices of deregistered drivers ----------------------------------------
 

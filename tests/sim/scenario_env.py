@@ -34,7 +34,8 @@ def run_scenario(root: Path, body: Callable[[SimCluster], Awaitable[None]], **sp
             await cluster.stop()
 
     asyncio.run(main())
-    assert process_leftovers(root) == []
+    left = process_leftovers(root)
+    assert left == [], left
 
 
 def chain(cluster: SimCluster, name: str, namespace: str = NAMESPACE) -> EvidenceChain:

@@ -1,0 +1,120 @@
+"""The embedded control plane: the project's API emulator and the sim's own scheduler and
+workload controllers, in this process, started in about a second with no dependency.
+
+The emulator authenticates bearer tokens and enforces RBAC; a request without credentials
+is the admin (kube-apiserver's old localhost insecure port), so kubectl works without a
+token. The actors a real kube-controller-manager and kube-scheduler would be (the
+ResourceClaim controller, the DRA scheduler, the DaemonSet and Job controllers) run on the
+caller's event loop as the admin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import ssl
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.apiserver.authn import ADMIN, TokenAuthenticator
+from sim.apiserver.discovery import SERVER_VERSION
+from sim.apiserver.runner import ServerThread
+from sim.cluster.claims import ClaimController
+from sim.cluster.processes import ManagedProcess
+from sim.cluster.scheduler import Scheduler
+from sim.cluster.workloads import DaemonSetController, JobController
+from sim.controlplane import EMULATOR
+from sim.controlplane.base import Credentials, Install
+
+
+class EmulatorControlPlane:
+    """`await start()` serves the emulator on 127.0.0.1 and starts the actors."""
+
+    kind = EMULATOR
+
+    def __init__(self, root: Path, **server_kwargs: Any) -> None:
+        self.root = Path(root)
+        self.server_kwargs = server_kwargs
+        self.server: ServerThread | None = None
+        self.actors: list[Any] = []
+        self._admin: Credentials | None = None
+        self._admin_client: Any = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None, "the control plane is not started"
+        return self.server.url
+
+    @property
+    def admin(self) -> Credentials:
+        if self._admin is None:
+            raise RuntimeError("the control plane is not started")
+        return self._admin
+
+    async def start(self, install: Install | None = None) -> None:
+        token = secrets.token_hex(16)
+        auth = TokenAuthenticator(anonymous=ADMIN)
+        auth.add_admin(token)
+        self.server = await asyncio.to_thread(
+            lambda: ServerThread(authenticator=auth, **self.server_kwargs).start()
+        )
+        self._admin = Credentials(self.server.url, token=token)
+        self._admin_client = self._admin.api_client()
+        if install is not None:
+            await install(self._admin)
+        self.actors = [
+            ClaimController(self._admin_client),
+            Scheduler(self._admin_client, retry_seconds=1.0),
+            DaemonSetController(self._admin_client, resync_seconds=10.0),
+            JobController(self._admin_client, resync_seconds=10.0),
+        ]
+        for actor in self.actors:
+            actor.start()
+
+    async def wait_settled(self) -> None:
+        """The actors take their first lists at start; nothing to wait for."""
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(a.stop() for a in self.actors), return_exceptions=True)
+        self.actors = []
+        if self._admin_client is not None:
+            self._admin_client.close()
+            self._admin_client = None
+        if self.server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.server.close)
+            self.server = None
+
+    def node_credentials(self, node: str) -> Credentials:
+        """The emulator has no Node authorizer: kubelets act as the admin."""
+        return self.admin
+
+    def user(self, name: str, groups: Sequence[str] = ()) -> Credentials:
+        """A bearer token registered for `name` with the emulator's authenticator."""
+        server = self.server
+        assert server is not None, "the control plane is not started"
+        token = secrets.token_hex(16)
+        authn = server.server.authenticator
+        assert authn is not None
+        server.call(lambda: authn.add_user(token, name, groups))
+        return self.admin.with_token(token)
+
+    def kubelet_tls(self, node: str, address: str) -> ssl.SSLContext | None:
+        return None
+
+    def server_version(self) -> str:
+        return str(SERVER_VERSION["gitVersion"])
+
+    def requests_by_user(self) -> Mapping[str, Mapping[str, int]]:
+        server = self.server
+        if server is None:
+            return {}
+        return server.call(lambda: {u: dict(v) for u, v in server.server.stats.by_user.items()})
+
+    def processes(self) -> list[ManagedProcess]:
+        return []  # the emulator and its actors run in this process
+
+    def log_tail(self) -> str:
+        return ""

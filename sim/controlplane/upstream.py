@@ -1,0 +1,348 @@
+"""The upstream control plane: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler of the pinned release (`make k8s`), on loopback, as processes.
+
+Configured as a normal cluster is (kubeadm's choices where a choice is needed):
+- kube-apiserver with client-certificate and ServiceAccount-token authentication, the
+  Node and RBAC authorizers, the default admission plugins plus NodeRestriction, the
+  TokenRequest API (ServiceAccount tokens signed by a key of this cluster), the DRA APIs
+  it serves by default, API priority and fairness, and an audit log (`audit`);
+- kube-controller-manager with every default controller, each under its own
+  ServiceAccount (DaemonSet, Job, ResourceClaim, garbage collector, namespace,
+  ServiceAccount, node lifecycle, ...);
+- kube-scheduler with its default profile, the DRA allocator included.
+
+Every certificate and key is made for this cluster (`pki`); every port is a free one, so
+clusters side by side on one machine never meet. Leader election is off: each component
+runs once. etcd skips fsync: it is a test cluster, and a lost write only loses a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from sim.cluster.processes import ManagedProcess, free_port
+from sim.controlplane import KUBERNETES
+from sim.controlplane.audit import AuditCounter, write_policy
+from sim.controlplane.base import Credentials, Install, server_context
+from sim.controlplane.binaries import Components, locate
+from sim.controlplane.pki import ClusterPKI, KeyPair
+
+log = logging.getLogger(__name__)
+
+ADDRESS: Final = "127.0.0.1"
+SERVICE_RANGE: Final = "10.0.0.0/24"
+ISSUER: Final = "https://kubernetes.default.svc"
+START_TIMEOUT: Final = 90.0
+# kube-apiserver drains for up to a minute after SIGTERM; a test cluster need not wait.
+STOP_GRACE: Final = 3.0
+
+
+class KubernetesControlPlane:
+    """`await start()` brings the four components up under `root`; `stop()` ends them."""
+
+    kind = KUBERNETES
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        components: Components | None = None,
+        verbosity: int = 0,
+        apiserver_flags: Sequence[str] = (),
+    ) -> None:
+        self.root = Path(root)
+        self.components = components or locate()
+        self.verbosity = verbosity
+        self.apiserver_flags = list(apiserver_flags)
+        self.pki: ClusterPKI | None = None
+        self._processes: dict[str, ManagedProcess] = {}
+        self.port = 0
+        self._admin: Credentials | None = None
+        self._nodes: dict[str, Credentials] = {}
+        self._audit = AuditCounter(self.root / "audit.log")
+        self._version = ""
+
+    # --- the interface -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"https://{ADDRESS}:{self.port}"
+
+    @property
+    def admin(self) -> Credentials:
+        if self._admin is None:
+            raise RuntimeError("the control plane is not started")
+        return self._admin
+
+    def node_credentials(self, node: str) -> Credentials:
+        """`system:node:<node>` in `system:nodes`: what Node authorization keys on."""
+        if node not in self._nodes:
+            pair = self._pki.node_client(node)
+            self._nodes[node] = Credentials(
+                self.url, self._pki.ca.cert, client_cert=pair.cert, client_key=pair.key
+            )
+        return self._nodes[node]
+
+    def user(self, name: str, groups: Sequence[str] = ()) -> Credentials:
+        """A client certificate of this cluster's CA: CN `name`, O `groups`."""
+        pair = self._pki.client(f"user-{name}", name, groups)
+        return Credentials(self.url, self._pki.ca.cert, client_cert=pair.cert, client_key=pair.key)
+
+    def kubelet_tls(self, node: str, address: str) -> ssl.SSLContext:
+        """Serving certificate of the node's kubelet (checked by kube-apiserver through
+        --kubelet-certificate-authority); clients must show a certificate of this CA."""
+        pair = self._pki.kubelet_serving(node, address)
+        return server_context(pair.cert, pair.key, self._pki.ca.cert)
+
+    def server_version(self) -> str:
+        return self._version
+
+    def requests_by_user(self) -> Mapping[str, Mapping[str, int]]:
+        return self._audit.counts()
+
+    def processes(self) -> list[ManagedProcess]:
+        return list(self._processes.values())
+
+    def log_tail(self) -> str:
+        return "\n".join(
+            f"--- {name} ({p.log_path}):\n{p.log_tail(1500)}" for name, p in self._processes.items()
+        )
+
+    @property
+    def _pki(self) -> ClusterPKI:
+        if self.pki is None:
+            raise RuntimeError("the control plane is not started")
+        return self.pki
+
+    # --- bring-up --------------------------------------------------------------------
+
+    async def start(self, install: Install | None = None) -> None:
+        """`install` runs once the API server serves and before the controllers start:
+        kube-controller-manager's garbage collector learns the resources a CRD adds only
+        from its discovery pass every 30 s, so objects of CRDs installed before it starts
+        are collected at once, as on a cluster where the driver was installed long ago."""
+        started = time.monotonic()
+        self.root.mkdir(parents=True, exist_ok=True)
+        pki = self.pki = await asyncio.to_thread(ClusterPKI, self.root / "pki")
+        self.port = free_port(ADDRESS)
+        admin = pki.client("admin", "kubernetes-admin", ["system:masters"])
+        self._admin = Credentials(
+            self.url, pki.ca.cert, client_cert=admin.cert, client_key=admin.key
+        )
+        etcd_url = await self._start_etcd()
+        await self._start_apiserver(etcd_url)
+        if install is not None:
+            await install(self.admin)
+        await asyncio.gather(self._start_controller_manager(), self._start_scheduler())
+        log.info(
+            "kubernetes %s control plane up on %s in %.1fs",
+            self._version,
+            self.url,
+            time.monotonic() - started,
+        )
+
+    async def wait_settled(self) -> None:
+        """Until kube-controller-manager runs its controllers: pods of a namespace need its
+        `default` ServiceAccount (admission refuses them until the ServiceAccount
+        controller made it), so wait for the first one, a few seconds after start."""
+        await self._wait("the default ServiceAccount", self._default_account_exists)
+
+    def _process(self, name: str, argv: Sequence[str]) -> ManagedProcess:
+        process = ManagedProcess(name, [str(a) for a in argv], self.root / "logs" / f"{name}.log")
+        self._processes[name] = process
+        return process
+
+    async def _start_etcd(self) -> str:
+        client_port, peer_port = free_port(ADDRESS), free_port(ADDRESS)
+        url = f"http://{ADDRESS}:{client_port}"
+        etcd = self._process(
+            "etcd",
+            [
+                self.components.path("etcd"),
+                "--data-dir", self.root / "etcd",
+                "--listen-client-urls", url,
+                "--listen-peer-urls", f"http://{ADDRESS}:{peer_port}",
+                "--unsafe-no-fsync",
+            ],
+        )  # fmt: skip
+        await etcd.start()
+        await self._wait("etcd", lambda: _get(f"{url}/health") is not None, etcd)
+        return url
+
+    async def _start_apiserver(self, etcd_url: str) -> None:
+        pki = self._pki
+        serving = pki.apiserver_serving([ADDRESS])
+        kubelet_client = pki.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client")
+        sa = pki.service_account_keys()
+        policy = write_policy(self.root / "audit-policy.yaml")
+        apiserver = self._process(
+            "kube-apiserver",
+            [
+                self.components.path("kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                f"--bind-address={ADDRESS}",
+                f"--advertise-address={ADDRESS}",
+                f"--secure-port={self.port}",
+                f"--client-ca-file={pki.ca.cert}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--service-account-issuer={ISSUER}",
+                f"--service-account-key-file={sa.cert}",
+                f"--service-account-signing-key-file={sa.key}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--allow-privileged=true",
+                f"--kubelet-client-certificate={kubelet_client.cert}",
+                f"--kubelet-client-key={kubelet_client.key}",
+                f"--kubelet-certificate-authority={pki.ca.cert}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                # The `kubernetes` Service's endpoints would be this loopback address,
+                # which Endpoints validation refuses; nothing in the sim dials it.
+                "--endpoint-reconciler-type=none",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.root / 'audit.log'}",
+                "--audit-log-format=json",
+                "--profiling=false",
+                f"--v={self.verbosity}",
+                *self.apiserver_flags,
+            ],
+        )
+        await apiserver.start()
+        admin = self.admin
+        await self._wait(
+            "kube-apiserver", lambda: _get(f"{self.url}/readyz", admin) == "ok", apiserver
+        )
+        version = _get(f"{self.url}/version", admin) or "{}"
+        self._version = str(json.loads(version).get("gitVersion") or "")
+
+    def _component_kubeconfig(self, name: str, pair: KeyPair) -> Path:
+        credentials = Credentials(
+            self.url, self._pki.ca.cert, client_cert=pair.cert, client_key=pair.key
+        )
+        return credentials.write_kubeconfig(self.root / "kubeconfigs" / name)
+
+    async def _start_controller_manager(self) -> None:
+        pki = self._pki
+        kubeconfig = self._component_kubeconfig(
+            "kube-controller-manager",
+            pki.client("controller-manager", "system:kube-controller-manager"),
+        )
+        port = free_port(ADDRESS)
+        manager = self._process(
+            "kube-controller-manager",
+            [
+                self.components.path("kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={ADDRESS}",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+                "--controllers=*",
+                "--use-service-account-credentials=true",
+                f"--root-ca-file={pki.ca.cert}",
+                f"--service-account-private-key-file={pki.directory / 'sa.key'}",
+                f"--cluster-signing-cert-file={pki.ca.cert}",
+                f"--cluster-signing-key-file={pki.ca.key}",
+                "--profiling=false",
+                f"--v={self.verbosity}",
+            ],
+        )
+        await manager.start()
+        await self._wait(
+            "kube-controller-manager",
+            lambda: _get(f"https://{ADDRESS}:{port}/healthz", insecure=True) == "ok",
+            manager,
+        )
+
+    async def _start_scheduler(self) -> None:
+        kubeconfig = self._component_kubeconfig(
+            "kube-scheduler", self._pki.client("scheduler", "system:kube-scheduler")
+        )
+        port = free_port(ADDRESS)
+        scheduler = self._process(
+            "kube-scheduler",
+            [
+                self.components.path("kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={ADDRESS}",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+                "--profiling=false",
+                f"--v={self.verbosity}",
+            ],
+        )
+        await scheduler.start()
+        await self._wait(
+            "kube-scheduler",
+            lambda: _get(f"https://{ADDRESS}:{port}/healthz", insecure=True) == "ok",
+            scheduler,
+        )
+
+    def _default_account_exists(self) -> bool:
+        body = _get(f"{self.url}/api/v1/namespaces/default/serviceaccounts/default", self.admin)
+        return body is not None
+
+    async def _wait(self, what: str, ready: object, process: ManagedProcess | None = None) -> None:
+        """Poll `ready` (a blocking callable) until true; a clear error if the process exits
+        or the deadline passes, with the end of its log."""
+        assert callable(ready)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if await asyncio.to_thread(ready):
+                return
+            if process is not None and not process.running:
+                raise RuntimeError(
+                    f"{what} exited while starting ({process.log_path}):\n{process.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                tail = process.log_tail() if process is not None else self.log_tail()
+                raise RuntimeError(f"{what} not ready after {START_TIMEOUT:.0f}s:\n{tail}")
+            await asyncio.sleep(0.1)
+
+    # --- tear-down -------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Scheduler and controller manager first, then the API server, then etcd."""
+        order = ["kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+        for group in (order[:2], order[2:3], order[3:]):
+            await asyncio.gather(
+                *(self._processes[n].stop(STOP_GRACE) for n in group if n in self._processes),
+                return_exceptions=True,
+            )
+
+
+def _get(url: str, credentials: Credentials | None = None, *, insecure: bool = False) -> str | None:
+    """The body of a GET, or None when there is no answer (yet) or not a 200.
+
+    `insecure`: the component's self-signed serving certificate of the moment (its
+    health endpoint is all that is read)."""
+    if url.startswith("https://"):
+        if insecure:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            assert credentials is not None and credentials.ca_file is not None
+            context = ssl.create_default_context(cafile=str(credentials.ca_file))
+            if credentials.client_cert is not None and credentials.client_key is not None:
+                context.load_cert_chain(str(credentials.client_cert), str(credentials.client_key))
+    else:
+        context = None
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return str(response.read().decode())
+    except (OSError, urllib.error.URLError, ssl.SSLError):
+        return None
