@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from sim.apiserver.runner import ServerThread
+from sim.controlplane import CONTROL_PLANES, KUBERNETES
+from sim.controlplane.binaries import ComponentsMissingError, available, locate
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_DIR = REPO / "packaging" / "deploy" / "base" / "crds"
@@ -57,3 +59,24 @@ def short_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(params=CONTROL_PLANES)
+def control_plane(request: pytest.FixtureRequest) -> str:
+    """Each end-to-end scenario runs on the emulator and on the upstream control plane;
+    the latter is skipped, saying why, where `make k8s` has not built the components."""
+    if request.param == KUBERNETES:
+        built, why = available()
+        if not built:
+            pytest.skip(f"kubernetes control plane: {why}")
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def kubectl_bin() -> Path:
+    """The kubectl of the pinned release (`make k8s`), never one that happens to be on PATH;
+    a missing one fails the test with the command that builds it."""
+    try:
+        return locate().path("kubectl")
+    except ComponentsMissingError as err:
+        pytest.fail(str(err))

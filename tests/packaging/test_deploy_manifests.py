@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,11 +61,8 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_render_equals_kubectl_kustomize(mode: str, rendered: dict) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: cannot compare with `kubectl kustomize`")
-    out = subprocess.run([kubectl, "kustomize", str(manifests.overlay_path(mode))],
+def test_render_equals_kubectl_kustomize(mode: str, rendered: dict, kubectl_bin) -> None:
+    out = subprocess.run([kubectl_bin, "kustomize", str(manifests.overlay_path(mode))],
                          check=True, capture_output=True, text=True, timeout=60).stdout
     theirs = sorted((d for d in yaml.safe_load_all(out) if d), key=_key)
     ours = sorted(rendered[mode], key=_key)

@@ -43,7 +43,7 @@ async def chaos(cluster: SimCluster, stop: asyncio.Event) -> dict[str, int]:
     return dict(done)
 
 
-def test_twenty_node_bring_up_converges_through_api_faults(short_dir):
+def test_twenty_node_bring_up_converges_through_api_faults(short_dir, control_plane):
     async def body(cluster: SimCluster) -> None:
         objects = builtin(None, NODES, name="flaky")
         await create_objects(cluster.admin, objects)  # the user's apply, before the storm
@@ -90,7 +90,9 @@ def test_twenty_node_bring_up_converges_through_api_faults(short_dir):
         await delete_until_clean(cluster, objects, [uid], timeout=120)
 
     # Two racks' worth of cliques: one IMEX domain holds at most 18 nodes.
-    run_scenario(short_dir, body, nodes=NODES, cliques=2, in_process=True)
+    run_scenario(
+        short_dir, body, control_plane=control_plane, nodes=NODES, cliques=2, in_process=True
+    )
 
 
 def _cd(obj: dict) -> str | None:

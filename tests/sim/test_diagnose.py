@@ -62,7 +62,8 @@ def cli(cluster: SimCluster, *args: str) -> subprocess.CompletedProcess[str]:
 # --- a healthy domain, then the cluster-side boundaries broken one by one ------------------
 
 
-def test_healthy_then_taken_template_unschedulable_foreign_finalizer_no_device_class(short_dir):
+def test_healthy_then_taken_template_unschedulable_foreign_finalizer_no_device_class(
+        short_dir, control_plane):
     async def body(cluster: SimCluster) -> None:
         good = builtin(clique_id(1), 2, name="good")
         await create_objects(cluster.admin, good)
@@ -96,7 +97,7 @@ def test_healthy_then_taken_template_unschedulable_foreign_finalizer_no_device_c
                                        "--kubeconfig", str(auditor))
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["unreadable"] == {}
-        verbs = cluster.server.call(lambda: dict(cluster.server.server.stats.by_user["auditor"]))
+        verbs = dict(cluster.control_plane.requests_by_user()["auditor"])
         assert set(verbs) <= {"get", "list"} and verbs, verbs
         # A user RBAC lets read nothing: "could not look" never reads as "not there".
         nobody = await _user(cluster, "nobody")
@@ -159,18 +160,12 @@ def test_healthy_then_taken_template_unschedulable_foreign_finalizer_no_device_c
                                f"DeviceClass {names.DEVICE_CLASS_DEFAULT_CHANNEL} is missing")
         assert all(b.status == UNCHECKED for b in report.boundaries[1:6])
 
-    run_scenario(short_dir, body, nodes=2, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1)
 
 
 async def _user(cluster: SimCluster, name: str) -> Path:
     """A kubeconfig for a new user `name` (with no permissions yet)."""
-    from sim.apiserver.kubeconfig import write_kubeconfig
-
-    assert cluster.server is not None
-    authn = cluster.server.server.authenticator
-    cluster.server.call(lambda: authn.add_user(f"{name}-token", name))
-    return write_kubeconfig(cluster.root / f"{name}.kubeconfig", cluster.url,
-                            token=f"{name}-token")
+    return cluster.user_kubeconfig(name)
 
 
 async def _auditor(cluster: SimCluster) -> Path:
@@ -192,7 +187,7 @@ async def _auditor(cluster: SimCluster) -> Path:
 # --- node-side failures, driver-managed ------------------------------------------------------
 
 
-def test_plugin_not_running_imex_never_ready_non_fabric_node(short_dir):
+def test_plugin_not_running_imex_never_ready_non_fabric_node(short_dir, control_plane):
     async def body(cluster: SimCluster) -> None:
         # node-01: its IMEX daemon never becomes ready.
         cluster.nodes["node-01"].kubelet.env_extra.update(
@@ -222,10 +217,11 @@ def test_plugin_not_running_imex_never_ready_non_fabric_node(short_dir):
         report = await verdict(cluster, "lonely", "injection", BROKEN, "false success")
         assert "no NVLink clique ID" in report.verdict()["cause"]
 
-    run_scenario(short_dir, body, nodes=2, cliques=1, non_fabric=1, slice_wipe_delay=1.0)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1,
+                 non_fabric=1, slice_wipe_delay=1.0)
 
 
-def test_clique_full(short_dir):
+def test_clique_full(short_dir, control_plane):
     async def body(cluster: SimCluster) -> None:
         objects = builtin(clique_id(1), 2, name="crowded")
         await create_objects(cluster.admin, objects)
@@ -233,14 +229,14 @@ def test_clique_full(short_dir):
         assert "already at maximum (1)" in report.verdict()["cause"]
         assert names.ENV_MAX_NODES_PER_IMEX_DOMAIN in report.verdict()["next"]
 
-    run_scenario(short_dir, body, nodes=2, cliques=1,
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1,
                  controller_env={names.ENV_MAX_NODES_PER_IMEX_DOMAIN: "1"})
 
 
 # --- host-managed --------------------------------------------------------------------------
 
 
-def test_host_imex_not_ready_and_channel_owned_by_another_claim(short_dir):
+def test_host_imex_not_ready_and_channel_owned_by_another_claim(short_dir, control_plane):
     async def body(cluster: SimCluster) -> None:
         peers = [n.ip for n in cluster.nodes.values()]
         host_imex = cluster.nodes["node-02"].host_imex
@@ -263,7 +259,8 @@ def test_host_imex_not_ready_and_channel_owned_by_another_claim(short_dir):
         assert "already allocated" in report.verdict()["cause"]
         assert "resourceclaims -A" in report.verdict()["next"]
 
-    run_scenario(short_dir, body, nodes=2, cliques=1, mode="hostManaged")
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1,
+                 mode="hostManaged")
 
 
 async def _stale_claim_on(cluster: SimCluster, node: str) -> None:

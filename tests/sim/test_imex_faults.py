@@ -40,7 +40,7 @@ FAULTS = {
 THRESHOLD = {"IMEX_NOT_READY_EVENT_AFTER": "3s"}
 
 
-def test_crash_looping_and_never_ready_imex_keep_only_their_nodes_pending(short_dir):
+def test_crash_looping_and_never_ready_imex_keep_only_their_nodes_pending(short_dir, control_plane):
     async def body(cluster: SimCluster) -> None:
         for node, knobs in FAULTS.items():
             cluster.nodes[node].kubelet.env_extra.update({**knobs, **THRESHOLD})
@@ -104,9 +104,7 @@ def test_crash_looping_and_never_ready_imex_keep_only_their_nodes_pending(short_
                 assert channel_devices(view) == ["/dev/nvidia-caps-imex-channels/channel0"]
 
         # The daemon pods of the faulty nodes: their own Events name the cause.
-        daemons = {
-            p["spec"]["nodeName"]: p for p in pods_of(snap, cluster.namespace, uid)
-        }
+        daemons = {p["spec"]["nodeName"]: p for p in pods_of(snap, cluster.namespace, uid)}
         assert set(daemons) == set(cluster.nodes)
 
         async def daemon_events() -> dict[str, str] | None:
@@ -149,4 +147,4 @@ def test_crash_looping_and_never_ready_imex_keep_only_their_nodes_pending(short_
         assert observed.uid == uid
         await delete_until_clean(cluster, objects, [uid])
 
-    run_scenario(short_dir, body, nodes=4, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=4, cliques=1)

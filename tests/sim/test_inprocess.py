@@ -64,13 +64,20 @@ async def _pod_node(cluster: SimCluster, pod: str) -> str:
     return str(obj.spec.node_name)
 
 
-def test_in_process_cluster_runs_the_example_to_ready_and_cleans_up(short_dir: Path) -> None:
+def test_in_process_cluster_runs_the_example_to_ready_and_cleans_up(
+    short_dir: Path, control_plane: str
+) -> None:
     async def main() -> None:
-        cluster = SimCluster(ClusterSpec(root=short_dir, nodes=4, cliques=2, in_process=True))
+        cluster = SimCluster(
+            ClusterSpec(
+                root=short_dir, nodes=4, cliques=2, in_process=True, control_plane=control_plane
+            )
+        )
         try:
             await cluster.start()
-            # Only the controller is a process; agents run in this one.
-            assert [p.name for p in cluster.processes() if p.name == "controller" or "agent" in p.name] == ["controller"]
+            # Of the driver, only the controller is a process; agents run in this one.
+            upstream = cluster.control_plane.processes()
+            assert [p.name for p in cluster.processes() if p not in upstream] == ["controller"]
             first = [n for n in cluster.nodes.values() if n.host.clique == 1]
             objects = example.builtin(first[0].host.clique_id, len(first))
             await create_objects(cluster.admin, objects)  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ kubelets with the fake nvidia-imex, RBAC from the shipped manifests enforced."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,11 +35,13 @@ from sim.cluster.demo import create_objects
 from sim.cluster.example import NAMESPACE, builtin, workload_pod
 from sim.cluster.leftovers import process_leftovers
 from sim.cluster.node import clique_id
+from sim.controlplane import KUBERNETES
+from sim.controlplane.binaries import ENV_DIR, pinned_version
 
 SIM = Path(sys.executable).parent / "compute-domain-sim"
 
 
-def test_single_then_all_channels_in_sequence_on_one_node(short_dir):
+def test_single_then_all_channels_in_sequence_on_one_node(short_dir, control_plane):
     """Single injects channel 0 only, All every channel; the second CD on the same node is
     not blocked by anything the first one left (labels, clique entries, CDI files)."""
 
@@ -62,16 +65,15 @@ def test_single_then_all_channels_in_sequence_on_one_node(short_dir):
         await delete_until_clean(cluster, every, [observed.uid])
 
         # The driver's programs wrote as their own ServiceAccounts (RBAC applied to them).
-        assert cluster.server is not None
-        by_user = cluster.server.call(lambda: dict(cluster.server.server.stats.by_user))
+        by_user = cluster.control_plane.requests_by_user()
         for role, account in cluster.accounts.items():
             writes = by_user.get(f"system:serviceaccount:{cluster.namespace}:{account}", {})
             assert writes.get("create", 0) + writes.get("update", 0) > 0, (role, by_user.keys())
 
-    run_scenario(short_dir, body, nodes=1, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=1, cliques=1)
 
 
-def test_two_cliques_then_force_deleted_daemon_and_workload_pods(short_dir):
+def test_two_cliques_then_force_deleted_daemon_and_workload_pods(short_dir, control_plane):
     """Four workers spread over two cliques get one clique object each; the domain heals
     after a daemon pod and a workload pod are force-deleted."""
 
@@ -134,10 +136,10 @@ def test_two_cliques_then_force_deleted_daemon_and_workload_pods(short_dir):
         assert observed2.link("device").count == "4/4"
         await delete_until_clean(cluster, [*objects, replacement], [uid])
 
-    run_scenario(short_dir, body, nodes=4, cliques=2)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=4, cliques=2)
 
 
-def test_agent_and_controller_killed_mid_flight_then_restarted(short_dir):
+def test_agent_and_controller_killed_mid_flight_then_restarted(short_dir, control_plane):
     """SIGKILL of the controller and one agent while the domain is forming, and of an agent
     once it is ready: the domain forms anyway and prepared claims keep their CDI IDs."""
 
@@ -166,10 +168,10 @@ def test_agent_and_controller_killed_mid_flight_then_restarted(short_dir):
         assert cluster.controller.starts == 2
         await delete_until_clean(cluster, objects, [observed.uid])
 
-    run_scenario(short_dir, body, nodes=2, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1)
 
 
-def test_deleting_the_compute_domain_while_workloads_run(short_dir):
+def test_deleting_the_compute_domain_while_workloads_run(short_dir, control_plane):
     """The ComputeDomain goes (daemons, labels, templates, cliques) while its workloads keep
     running; deleting them afterwards leaves nothing."""
 
@@ -203,10 +205,10 @@ def test_deleting_the_compute_domain_while_workloads_run(short_dir):
         assert all(p["status"]["phase"] == "Running" for p in workers)
         await delete_until_clean(cluster, objects, [uid])
 
-    run_scenario(short_dir, body, nodes=2, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1)
 
 
-def test_non_fabric_node_runs_the_pod_without_a_channel(short_dir):
+def test_non_fabric_node_runs_the_pod_without_a_channel(short_dir, control_plane):
     """A node without NVLink fabric: the daemon still runs (its pod makes the node visible in
     the CD status with index -1), the workload runs, and no channel device is injected."""
 
@@ -243,10 +245,10 @@ def test_non_fabric_node_runs_the_pod_without_a_channel(short_dir):
         uid = (await snapshot(cluster)).cds[0]["metadata"]["uid"]
         await delete_until_clean(cluster, objects, [uid])
 
-    run_scenario(short_dir, body, nodes=1, cliques=1, non_fabric=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=1, cliques=1, non_fabric=1)
 
 
-def test_host_managed_ready_and_not_ready_host_imex(short_dir):
+def test_host_managed_ready_and_not_ready_host_imex(short_dir, control_plane):
     """Host-managed: the node whose host IMEX is ready runs its workload; the other's stays
     pending with the reason in an Event until the admin's IMEX becomes ready."""
 
@@ -283,22 +285,30 @@ def test_host_managed_ready_and_not_ready_host_imex(short_dir):
         ]  # fmt: skip
         await delete_until_clean(cluster, objects, [observed.uid])
 
-    run_scenario(short_dir, body, nodes=2, cliques=1, mode="hostManaged")
+    run_scenario(
+        short_dir, body, control_plane=control_plane, nodes=2, cliques=1, mode="hostManaged"
+    )
 
 
 # --- the CLI ---------------------------------------------------------------------------------
 
 
-def test_demo_json_reports_every_step_and_a_clean_teardown(short_dir):
+def test_demo_json_reports_every_step_and_a_clean_teardown(short_dir, control_plane):
     out = subprocess.run(
-        [SIM, "demo", "--nodes", "2", "--cliques", "1", "--json", "--root", str(short_dir)],
+        [SIM, "demo", "--nodes", "2", "--cliques", "1", "--json", "--root", str(short_dir),
+         "--control-plane", control_plane],
         capture_output=True,
         text=True,
         timeout=300,
-    )
+    )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert report["ok"] is True and report["failedStep"] is None
+    assert report["cluster"]["controlPlane"] == control_plane
+    if control_plane == KUBERNETES:  # the upstream release that `make k8s` pinned
+        assert report["server_version"] == pinned_version()
+    else:
+        assert report["server_version"].endswith("-compute-domain-sim")
     assert report["time_to_ready_s"] > 0
     [cd] = report["computeDomains"]
     assert cd["computeDomain"] == "default/demo" and cd["complete"]
@@ -316,13 +326,13 @@ def test_demo_json_reports_every_step_and_a_clean_teardown(short_dir):
     }
 
 
-def test_demo_names_the_step_that_did_not_happen(short_dir, tmp_path):
+def test_demo_names_the_step_that_did_not_happen(short_dir, tmp_path, control_plane):
     """Workers pinned to a clique no node is in: nothing gets allocated, and the report says so."""
     workload = tmp_path / "w.yaml"
     workload.write_text(yaml.safe_dump_all(builtin("no-such-clique", 1, name="lost")))
     out = subprocess.run(
         [SIM, "demo", "--nodes", "1", "--workload", str(workload), "--timeout", "4",
-         "--root", str(short_dir)],
+         "--root", str(short_dir), "--control-plane", control_plane],
         capture_output=True,
         text=True,
         timeout=300,
@@ -345,23 +355,28 @@ def test_demo_rejects_bad_arguments_before_starting(tmp_path):
         out = subprocess.run([SIM, "demo", *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2, (args, out.stderr)
         assert message in out.stderr, (args, out.stderr)
+    # Without the upstream components built: the command that builds them, and no start.
+    env = {**os.environ, ENV_DIR: str(tmp_path / "nothing-built")}
+    out = subprocess.run(
+        [SIM, "demo", "--control-plane", "kubernetes"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "--control-plane kubernetes: the upstream Kubernetes components" in out.stderr
+    assert "run `make k8s`" in out.stderr
 
 
-def test_up_serves_kubectl_until_interrupted(short_dir, tmp_path):
-    """`compute-domain-sim up`: kubectl (which sends no token over plain HTTP) works as the
-    admin, the agents are registered, and Ctrl-C stops everything."""
-    import shutil
+def test_up_serves_kubectl_until_interrupted(short_dir, tmp_path, control_plane, kubectl_bin):
+    """`compute-domain-sim up`: kubectl works as the admin with the kubeconfig it writes, the
+    agents are registered, `kubectl version` names the server, and Ctrl-C stops everything."""
     import signal
     import time
 
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        import pytest
-
-        pytest.skip("kubectl is not installed")
+    kubectl = str(kubectl_bin)
     kubeconfig = tmp_path / "kc"
     proc = subprocess.Popen(
-        [SIM, "up", "--nodes", "2", "--root", str(short_dir), "--kubeconfig-out", str(kubeconfig)],
+        [SIM, "up", "--nodes", "2", "--root", str(short_dir), "--kubeconfig-out", str(kubeconfig),
+         "--control-plane", control_plane],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -387,6 +402,10 @@ def test_up_serves_kubectl_until_interrupted(short_dir, tmp_path):
         assert "node-01" in nodes and "node-02" in nodes and clique_id(1) in nodes
         classes = kc("get", "deviceclasses", "-o", "name")
         assert names.DEVICE_CLASS_DEFAULT_CHANNEL in classes
+        version = json.loads(kc("version", "-o", "json"))
+        assert version["clientVersion"]["gitVersion"] == pinned_version()
+        if control_plane == KUBERNETES:
+            assert version["serverVersion"]["gitVersion"] == pinned_version()
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0

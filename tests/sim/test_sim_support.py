@@ -31,7 +31,9 @@ async def _slice_uid(cluster: SimCluster, node: str) -> str:
 
 
 @pytest.mark.parametrize("in_process", [False, True], ids=["processes", "in-process"])
-def test_stopped_agent_loses_its_slice_after_the_delay_and_gets_it_back(short_dir, in_process):
+def test_stopped_agent_loses_its_slice_after_the_delay_and_gets_it_back(
+    short_dir, in_process, control_plane
+):
     """kubelet wipes a deregistered driver's slices of its node only; the agent republishes
     its slice when it starts again."""
 
@@ -52,10 +54,18 @@ def test_stopped_agent_loses_its_slice_after_the_delay_and_gets_it_back(short_di
         await _slice_uid(cluster, "node-01")
         await cluster.wait_ready()
 
-    run_scenario(short_dir, body, nodes=2, cliques=1, slice_wipe_delay=1.0, in_process=in_process)
+    run_scenario(
+        short_dir,
+        body,
+        control_plane=control_plane,
+        nodes=2,
+        cliques=1,
+        slice_wipe_delay=1.0,
+        in_process=in_process,
+    )
 
 
-def test_restarted_agent_keeps_its_slice_with_the_default_delay(short_dir):
+def test_restarted_agent_keeps_its_slice_with_the_default_delay(short_dir, control_plane):
     """A killed or gracefully restarted agent re-registers well within kubelet's delay: the
     very same slice (uid) stays throughout, nothing is wiped."""
 
@@ -81,10 +91,10 @@ def test_restarted_agent_keeps_its_slice_with_the_default_delay(short_dir):
         assert seen == {uid}
         assert cluster.nodes["node-01"].kubelet.wiped_slices == []
 
-    run_scenario(short_dir, body, nodes=1, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=1, cliques=1)
 
 
-def test_reregistering_within_the_delay_calls_off_the_wipe(short_dir):
+def test_reregistering_within_the_delay_calls_off_the_wipe(short_dir, control_plane):
     """A graceful restart deregisters the agent for a moment; registering again before the
     delay is over means the slice is never wiped, even after the delay has passed."""
 
@@ -97,10 +107,12 @@ def test_reregistering_within_the_delay_calls_off_the_wipe(short_dir):
         assert cluster.nodes["node-01"].kubelet.wiped_slices == []
 
     delay = 3.0
-    run_scenario(short_dir, body, nodes=1, cliques=1, slice_wipe_delay=delay)
+    run_scenario(
+        short_dir, body, control_plane=control_plane, nodes=1, cliques=1, slice_wipe_delay=delay
+    )
 
 
-def test_controller_env_limits_nodes_per_imex_domain(short_dir):
+def test_controller_env_limits_nodes_per_imex_domain(short_dir, control_plane):
     """MAX_NODES_PER_IMEX_DOMAIN=1 over the manifests' controller env reaches the daemon
     pods: of two daemons in one clique only one gets an entry, the other reports the clique
     full."""
@@ -129,6 +141,7 @@ def test_controller_env_limits_nodes_per_imex_domain(short_dir):
     run_scenario(
         short_dir,
         body,
+        control_plane=control_plane,
         nodes=2,
         cliques=1,
         controller_env={names.ENV_MAX_NODES_PER_IMEX_DOMAIN: "1"},
