@@ -21,7 +21,7 @@ from typing import Any, TextIO, TypeVar
 from kubernetes import client
 
 from api import names
-from api.kube import call
+from api.kube import call, is_transient
 from sim.cluster import example
 from sim.cluster.cluster import ClusterSpec, SimCluster
 from sim.cluster.evidence import EvidenceChain, Snapshot
@@ -207,12 +207,12 @@ async def wait_clean(
 
 
 async def _observe(reading: Awaitable[T]) -> T | None:
-    """One observation; None when the API answered 429 or 5xx (a flaky or busy server:
-    look again next time, as any client would)."""
+    """One observation; None when the API answered 429 or 5xx or could not be reached (a
+    flaky, busy or restarting server: look again next time, as any client would)."""
     try:
         return await reading
-    except client.ApiException as err:
-        if err.status == 429 or err.status >= 500:
+    except Exception as err:
+        if is_transient(err):
             return None
         raise
 

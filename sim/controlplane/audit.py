@@ -56,11 +56,17 @@ class AuditCounter:
         self._counts: defaultdict[str, defaultdict[str, int]] = defaultdict(
             lambda: defaultdict(int)
         )
+        self._answers: defaultdict[tuple[str, int], int] = defaultdict(int)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """User -> verb -> requests (409 answers also count as "conflict")."""
         self._read_new()
         return {user: dict(verbs) for user, verbs in self._counts.items()}
+
+    def answers(self) -> dict[tuple[str, int], int]:
+        """(user, HTTP status) -> requests answered so."""
+        self._read_new()
+        return dict(self._answers)
 
     def _read_new(self) -> None:
         try:
@@ -81,6 +87,8 @@ class AuditCounter:
                 continue
             user = ((event.get("user") or {}).get("username")) or ""
             verb = event.get("verb") or ""
+            code = int((event.get("responseStatus") or {}).get("code") or 0)
             self._counts[user][verb] += 1
-            if ((event.get("responseStatus") or {}).get("code")) == 409:
+            self._answers[user, code] += 1
+            if code == 409:
                 self._counts[user]["conflict"] += 1

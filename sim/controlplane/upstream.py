@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from sim.cluster.processes import ManagedProcess, free_port
 from sim.controlplane import KUBERNETES
@@ -70,6 +70,7 @@ class KubernetesControlPlane:
         self._nodes: dict[str, Credentials] = {}
         self._audit = AuditCounter(self.root / "audit.log")
         self._version = ""
+        self._etcd_url = ""
 
     # --- the interface -------------------------------------------------------------
 
@@ -108,6 +109,10 @@ class KubernetesControlPlane:
 
     def requests_by_user(self) -> Mapping[str, Mapping[str, int]]:
         return self._audit.counts()
+
+    def answers(self) -> Mapping[tuple[str, int], int]:
+        """(user, HTTP status) -> how many of that user's requests were answered so."""
+        return self._audit.answers()
 
     def processes(self) -> list[ManagedProcess]:
         return list(self._processes.values())
@@ -161,9 +166,36 @@ class KubernetesControlPlane:
         self._processes[name] = process
         return process
 
+    # --- faults a test can cause -------------------------------------------------------
+
+    async def restart_apiserver(self, *, kill: bool = True) -> None:
+        """kill -9 (or stop) kube-apiserver and start it again on the same port and state:
+        every connection and watch breaks, and its watch cache starts over from etcd, so a
+        watch resumed from an older resourceVersion gets 410 Gone."""
+        apiserver = self._processes["kube-apiserver"]
+        await (apiserver.kill() if kill else apiserver.stop(STOP_GRACE))
+        await apiserver.start()
+        admin = self.admin
+        await self._wait(
+            "kube-apiserver", lambda: _get(f"{self.url}/readyz", admin) == "ok", apiserver
+        )
+
+    async def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (what kube-apiserver does
+        every 5 minutes); returns that revision."""
+        url = self._etcd_url
+
+        def compact() -> int:
+            header = _post_json(f"{url}/v3/kv/range", {"key": "AA==", "limit": 1})["header"]
+            revision = int(header["revision"])
+            _post_json(f"{url}/v3/kv/compaction", {"revision": revision, "physical": True})
+            return revision
+
+        return await asyncio.to_thread(compact)
+
     async def _start_etcd(self) -> str:
         client_port, peer_port = free_port(ADDRESS), free_port(ADDRESS)
-        url = f"http://{ADDRESS}:{client_port}"
+        url = self._etcd_url = f"http://{ADDRESS}:{client_port}"
         etcd = self._process(
             "etcd",
             [
@@ -322,6 +354,16 @@ class KubernetesControlPlane:
                 *(self._processes[n].stop(STOP_GRACE) for n in group if n in self._processes),
                 return_exceptions=True,
             )
+
+
+def _post_json(url: str, body: object) -> dict[str, Any]:
+    """POST JSON to etcd's gRPC gateway; its JSON answer."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
 
 
 def _get(url: str, credentials: Credentials | None = None, *, insecure: bool = False) -> str | None:

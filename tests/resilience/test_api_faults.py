@@ -1,7 +1,15 @@
-"""A 20-node ComputeDomain brought up through a flaky API server: watches dropped every few
-seconds, history compacted (so resumed watches get 410 Gone), 5 % of requests answered
-429 or 500. Everyone (controller, agents, daemons, and the simulated cluster's own actors)
-sees the same faults; the domain must still converge, with no object created twice."""
+"""A 20-node ComputeDomain brought up through a flaky API server; the domain must still
+converge, with no object created twice.
+
+On the emulator: watches dropped every few seconds, history compacted (so resumed watches
+get 410 Gone), 5 % of requests answered 429 or 500; everyone (controller, agents, daemons,
+and the simulated cluster's own actors) sees the same faults.
+
+On the upstream control plane, the real mechanisms: kube-apiserver killed with SIGKILL and
+restarted every few seconds (every connection and watch breaks, requests are refused while
+it is down, its watch cache starts over so resumed watches get 410), etcd compacted after
+each restart, and API priority and fairness squeezing the driver's ServiceAccounts into a
+priority level of one share that rejects what it cannot seat (429 with Retry-After)."""
 
 from __future__ import annotations
 
@@ -9,18 +17,66 @@ import asyncio
 import collections
 import contextlib
 
+from kubernetes import client
 from scenario_env import delete_until_clean, ready, run_scenario, snapshot
 
 from api import names
+from api.kube import call
 from sim.cluster.cluster import SimCluster
 from sim.cluster.demo import create_objects
 from sim.cluster.example import NAMESPACE, builtin
+from sim.controlplane import KUBERNETES
+from sim.controlplane.upstream import KubernetesControlPlane
 
 NODES = 20
 
 
+THROTTLE = "sim-throttle-driver"
+
+
+async def throttle_driver(cluster: SimCluster) -> None:
+    """A priority level with one concurrency share that rejects at once, for every request
+    of the driver's ServiceAccounts (matched before the default schemas)."""
+    flow = client.FlowcontrolApiserverV1Api(cluster.admin)
+    await call(flow.create_priority_level_configuration, {
+        "metadata": {"name": THROTTLE},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 1, "lendablePercent": 0,
+            "limitResponse": {"type": "Reject"}}},
+    })  # fmt: skip
+    rule = {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"],
+            "clusterScope": True}  # fmt: skip
+    group = f"system:serviceaccounts:{cluster.namespace}"
+    await call(flow.create_flow_schema, {
+        "metadata": {"name": THROTTLE},
+        "spec": {"priorityLevelConfiguration": {"name": THROTTLE}, "matchingPrecedence": 500,
+                 "distinguisherMethod": {"type": "ByUser"},
+                 "rules": [{"subjects": [{"kind": "Group", "group": {"name": group}}],
+                            "resourceRules": [rule]}]},
+    })  # fmt: skip
+
+
+async def upstream_chaos(cluster: SimCluster, stop: asyncio.Event) -> dict[str, int]:
+    """kill -9 and restart kube-apiserver every 6 s, compacting etcd after each restart."""
+    plane = cluster.control_plane
+    assert isinstance(plane, KubernetesControlPlane)
+    done = collections.Counter()
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 6)
+        if stop.is_set():
+            break
+        await plane.restart_apiserver(kill=True)
+        done["apiserver restarts"] += 1
+        await plane.compact_etcd()
+        done["compactions"] += 1
+    return dict(done)
+
+
 async def chaos(cluster: SimCluster, stop: asyncio.Event) -> dict[str, int]:
     """Toggle 429/500 at 5 %, drop every watch every 2 s, compact every 5 s."""
+    if cluster.spec.control_plane == KUBERNETES:
+        return await upstream_chaos(cluster, stop)
     assert cluster.server is not None
     thread, server = cluster.server, cluster.server.server
     done = collections.Counter()
@@ -46,6 +102,9 @@ async def chaos(cluster: SimCluster, stop: asyncio.Event) -> dict[str, int]:
 def test_twenty_node_bring_up_converges_through_api_faults(short_dir, control_plane):
     async def body(cluster: SimCluster) -> None:
         objects = builtin(None, NODES, name="flaky")
+        upstream = cluster.spec.control_plane == KUBERNETES
+        if upstream:
+            await throttle_driver(cluster)
         await create_objects(cluster.admin, objects)  # the user's apply, before the storm
         stop = asyncio.Event()
         chaos_task = asyncio.create_task(chaos(cluster, stop))
@@ -54,9 +113,14 @@ def test_twenty_node_bring_up_converges_through_api_faults(short_dir, control_pl
         finally:
             stop.set()
             done = await chaos_task
-        assert done["watches closed"] > 0 and done["compactions"] >= 1, done
-        errors = cluster.server.call(lambda: dict(cluster.server.server.stats.requests))
-        assert sum(errors.values()) > 0
+        if upstream:
+            assert done["apiserver restarts"] >= 2 and done["compactions"] >= 2, done
+            rejected = _driver_answers(cluster, 429)
+            print(f"faults: {done}; 429s from priority and fairness: {rejected}")
+        else:
+            assert done["watches closed"] > 0 and done["compactions"] >= 1, done
+            errors = cluster.server.call(lambda: dict(cluster.server.server.stats.requests))
+            assert sum(errors.values()) > 0
         uid = observed.uid
 
         # Exactly one of everything: no duplicate from a retried create.
@@ -79,10 +143,6 @@ def test_twenty_node_bring_up_converges_through_api_faults(short_dir, control_pl
         for clique in cliques:  # indices unique within each clique
             assert sorted(d["index"] for d in clique["daemons"]) == list(range(NODES // 2))
         assert all(d["status"] == names.STATUS_READY for d in entries)
-        from kubernetes import client
-
-        from api.kube import call
-
         slices = await call(client.ResourceV1Api(cluster.admin).list_resource_slice)
         pools = collections.Counter(s.spec.pool.name for s in slices.items)
         assert pools == dict.fromkeys(cluster.nodes, 1), pools
@@ -93,6 +153,15 @@ def test_twenty_node_bring_up_converges_through_api_faults(short_dir, control_pl
     run_scenario(
         short_dir, body, control_plane=control_plane, nodes=NODES, cliques=2, in_process=True
     )
+
+
+def _driver_answers(cluster: SimCluster, code: int) -> int:
+    """How many requests of the driver's ServiceAccounts kube-apiserver answered `code`."""
+    plane = cluster.control_plane
+    assert isinstance(plane, KubernetesControlPlane)
+    prefix = f"system:serviceaccount:{cluster.namespace}:"
+    return sum(n for (user, got), n in plane.answers().items() if got == code
+               and user.startswith(prefix))
 
 
 def _cd(obj: dict) -> str | None:
