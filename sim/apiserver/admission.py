@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.apiserver import errors
+from sim.apiserver import defaults, errors
 from sim.apiserver.builtin_schema import BuiltinSchemas
 from sim.apiserver.crd_schema import CRDSchema
 from sim.apiserver.crd_validation import validate_crd
@@ -65,6 +65,8 @@ class Admission:
                     raise errors.invalid(info.group, info.kind, name, causes)
             stored, warnings = self._builtin.admit(new, old, field_validation=opts.field_validation)
             opts.warnings += warnings
+            if old is None and (info.group, info.kind) == ("", "Pod"):
+                defaults.admit_new_pod(stored)
             return stored
         causes = validate_object_meta(new.get("metadata"), namespaced=info.namespaced)
         if causes:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from sim.apiserver import defaults
 from sim.apiserver.builtin_rules import EXTRA_CHECKS, UPDATE_CHECKS
 from sim.apiserver.errors import ApiError, Cause, bad_request, invalid
 from sim.apiserver.field_errors import (
@@ -233,6 +234,7 @@ class BuiltinSchemas:
         if (error := self.decode_error(obj)) is not None:
             raise error
         stripped, unknown = self.strip_unknown(obj)
+        defaults.apply(api_version.rpartition("/")[0], kind, stripped)
         warnings = [f"unknown field {go_quote(p)}" for p in unknown]
         if unknown and field_validation == "Strict":
             version = api_version.rpartition("/")[2]

@@ -19,6 +19,7 @@ from sim.apiserver.field_errors import (
     FORBIDDEN,
     INVALID,
     NOT_SUPPORTED,
+    OMIT,
     REQUIRED,
     TOO_LONG,
     TOO_MANY,
@@ -118,7 +119,8 @@ def _rules(new: JSON, old: Any, s: Schema, path: str, out: list[Cause]) -> None:
             where = child(where, part)
         message = rule.get("message") or f"failed rule: {rule['rule'].strip()}"
         reason = rule.get("reason") or INVALID
-        value = s.get("type", "")
+        # The failing value itself, except that objects and arrays are left out of the text.
+        value = OMIT if s.get("type") in ("object", "array") else new
         if reason == FORBIDDEN:
             out.append(forbidden(where, message))
         elif reason == REQUIRED:

@@ -101,10 +101,20 @@ def conflict(group: str, resource: str, name: str, detail: str) -> ApiError:
     )
 
 
+def aggregate(messages: list[str]) -> str:
+    """apimachinery's `utilerrors.Aggregate.Error()`: one message as is; several, each once,
+    comma-separated inside brackets."""
+    unique = list(dict.fromkeys(messages))
+    if len(unique) == 1:
+        return unique[0]
+    return "[" + ", ".join(unique) + "]"
+
+
 def invalid(group: str, kind: str, name: str, causes: list[Cause]) -> ApiError:
-    """422 like the real server: `<Kind>.<group> "<name>" is invalid: <field>: <message>, ...`."""
+    """422 like the real server: `<Kind>.<group> "<name>" is invalid: <field>: <message>`,
+    several causes aggregated as `[<cause>, <cause>]` (each distinct text once)."""
     qualified = f"{kind}.{group}" if group else kind
-    summary = ", ".join(f"{c.field}: {c.message}" if c.field else c.message for c in causes)
+    summary = aggregate([f"{c.field}: {c.message}" if c.field else c.message for c in causes])
     return ApiError(
         422,
         "Invalid",
@@ -124,13 +134,18 @@ def gone(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
+def unsupported_media_type(*, builtin: bool) -> ApiError:
+    """415 for a patch type the resource does not take (custom resources: no strategic
+    merge), listing the types kube-apiserver's route consumes."""
+    types = ["application/json-patch+json", "application/merge-patch+json"]
+    if builtin:
+        types.append("application/strategic-merge-patch+json")
+    types.append("application/apply-patch+yaml")
     return ApiError(
         415,
         "UnsupportedMediaType",
-        f"the body of the request was in an unknown format - accepted media types "
-        f"include: application/json-patch+json, application/merge-patch+json, "
-        f'application/apply-patch+yaml (got "{content_type}")',
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(types),
     )
 
 

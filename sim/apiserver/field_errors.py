@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from sim.apiserver.errors import Cause
-from sim.apiserver.go_format import go_quote, go_repr
+from sim.apiserver.go_format import GoRepr, go_float, go_json, go_quote
 
 REQUIRED: Final = "FieldValueRequired"
 INVALID: Final = "FieldValueInvalid"
@@ -41,12 +41,24 @@ _TYPE_TEXT: Final = MappingProxyType(
 _NO_VALUE: Final = frozenset({REQUIRED, FORBIDDEN, TOO_LONG})
 
 
-_OMIT: Final = object()  # field.Error's omitValue: print only the error type
+OMIT: Final = object()  # field.Error's omitValue: print only the error type
+_OMIT: Final = OMIT
 
 
 def _value_text(value: Any) -> str:
-    """The bad value in `ErrorBody()`: Go's %#v, except that a nil value reads "null"."""
-    return '"null"' if value is None else go_repr(value)
+    """The bad value as `ErrorBody()` prints it (apimachinery v0.37): numbers and booleans
+    with %v, strings with %q, anything else (nil, maps, slices) as its JSON encoding."""
+    if isinstance(value, GoRepr):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return go_float(value)
+    if isinstance(value, str):
+        return go_quote(value)
+    return go_json(value)
 
 
 def field_error(path: str, reason: str, value: Any = _OMIT, detail: str = "") -> Cause:

@@ -6,6 +6,7 @@ Clients and tests compare messages to the letter, so a bad value must read exact
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from decimal import Decimal
@@ -94,6 +95,21 @@ def go_repr(value: JSON) -> str:
     if isinstance(value, list | tuple):
         return f"[]interface {{}}{{{', '.join(go_repr(v) for v in value)}}}"
     return repr(value)
+
+
+def go_json(value: Any) -> str:
+    """Go's `json.Marshal` of a decoded JSON value: compact, map keys sorted, and <, >, &
+    (and U+2028, U+2029) escaped as \\u sequences."""
+    text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def go_string_slice(values: Any) -> str:
+    """Go's %#v of a []string: `[]string{"a", "b"}`."""
+    return "[]string{" + ", ".join(go_quote(str(v)) for v in values) + "}"
 
 
 def string_map_repr(value: Any) -> GoRepr:

@@ -18,6 +18,7 @@ from typing import Any
 from sim.apiserver import errors
 from sim.apiserver.admission import AdmitOptions
 from sim.apiserver.errors import ApiError, Cause
+from sim.apiserver.go_format import go_string_slice
 from sim.apiserver.resources import ResourceInfo
 from sim.apiserver.store import Obj, Store, clone, meta
 
@@ -218,21 +219,17 @@ class Lifecycle:
     ) -> Obj:
         cur_md, md = current["metadata"], meta(new)
         if cur_md.get("deletionTimestamp"):
-            added = set(md.get("finalizers") or ()) - set(cur_md.get("finalizers") or ())
+            old = set(cur_md.get("finalizers") or ())
+            added = [f for f in md.get("finalizers") or () if f not in old]
             if added:
-                raise errors.invalid(
-                    info.group,
-                    info.kind,
-                    cur_md["name"],
-                    [
-                        Cause(
-                            "metadata.finalizers",
-                            "FieldValueForbidden",
-                            "Forbidden: no new finalizers can be added if the object is being "
-                            f"deleted, found new finalizers {sorted(added)!r}",
-                        )
-                    ],
+                cause = Cause(
+                    "metadata.finalizers",
+                    "FieldValueForbidden",
+                    "Forbidden: no new finalizers can be added if the object is being "
+                    f"deleted, found new finalizers {go_string_slice(added)}",
                 )
+                # kube-apiserver checks ObjectMeta twice on this path, and says so twice.
+                raise errors.invalid(info.group, info.kind, cur_md["name"], [cause, cause])
         if _spec_changed(current, new) and "generation" in cur_md:
             md["generation"] = int(cur_md["generation"]) + 1
         new = self._admit(info, new, current, opts or AdmitOptions())
@@ -282,13 +279,21 @@ class Lifecycle:
         grace = self._pod_grace(info, obj, opts) if info.kind == "Pod" and info.builtin else 0
         terminating = bool(finalizers) or grace > 0 or (info.builtin and info.kind == "Namespace")
         if not terminating:
+            if info.builtin and info.kind == "Pod":
+                # Graceful deletion with a period of 0: the answer still carries it.
+                md["deletionTimestamp"] = now(0)
+                md["deletionGracePeriodSeconds"] = 0
+                if int(md.get("generation") or 0) > 0:
+                    md["generation"] = int(md["generation"]) + 1
             if opts.dry_run:
                 return obj, True
-            deleted = self._store.delete(info.key, namespace, name)
-            return deleted or obj, True
+            self._store.delete(info.key, namespace, name)
+            return obj, True
         if not md.get("deletionTimestamp"):
             md["deletionTimestamp"] = now(grace)
             md["deletionGracePeriodSeconds"] = grace
+            if int(md.get("generation") or 0) > 0:  # the registry's BeforeDelete does this
+                md["generation"] = int(md["generation"]) + 1
         elif grace == 0 and md.get("deletionGracePeriodSeconds", 0) > 0 and not finalizers:
             # A second delete with grace 0 (kubelet confirming termination) removes it now.
             if opts.dry_run:

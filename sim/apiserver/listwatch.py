@@ -94,6 +94,9 @@ def list_response(request: web.Request, t: Target, store: Store) -> web.Response
         state = {"rv": list_rv, "after": [last.get("namespace", ""), last["name"]]}
         list_meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(state)).decode()
         list_meta["remainingItemCount"] = len(items) - start - limit
+    elif not t.info.builtin:
+        # A custom resource list is unstructured: its empty continue token stays in.
+        list_meta["continue"] = ""
     if table.wants_table(request.headers.get("Accept", "")):
         return json_response(table.table(t.info, page, list_meta))
     return json_response(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+Obj = dict[str, Any]
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -29,6 +31,12 @@ class ResourceInfo:
     printer_columns: tuple[dict[str, Any], ...] = field(default=(), compare=False)
     # CRD versions that are served but are not the storage version still route here.
     verbs: tuple[str, ...] = ALL_VERBS
+
+    @property
+    def returns_deleted(self) -> bool:
+        """Whether a DELETE that removes the object at once answers with the object (the
+        registries with ReturnDeletedObject) rather than a Success Status."""
+        return self.builtin and (self.group, self.plural) in _RETURNS_DELETED
 
     @property
     def group_version(self) -> str:
@@ -51,6 +59,41 @@ class ResourceInfo:
     def qualified(self) -> str:
         """`plural.group` as error messages and RBAC print it."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+# kube-apiserver's registries with `ReturnDeletedObject: true` (pkg/registry/*/storage).
+_RETURNS_DELETED: Final = frozenset(
+    {
+        ("", "pods"),
+        ("", "namespaces"),
+        ("", "serviceaccounts"),
+        ("", "services"),
+        ("", "persistentvolumes"),
+        ("", "persistentvolumeclaims"),
+        ("", "resourcequotas"),
+        ("", "podtemplates"),
+        ("resource.k8s.io", "resourceclaims"),
+        ("resource.k8s.io", "resourceclaimtemplates"),
+        ("resource.k8s.io", "resourceslices"),
+        ("resource.k8s.io", "deviceclasses"),
+        ("storage.k8s.io", "storageclasses"),
+        ("storage.k8s.io", "csidrivers"),
+        ("storage.k8s.io", "csinodes"),
+        ("storage.k8s.io", "volumeattachments"),
+    }
+)
+
+
+def deleted_status(info: ResourceInfo, obj: Obj) -> Obj:
+    """The Success Status a DELETE answers with once the object is gone."""
+    md = obj.get("metadata") or {}
+    details: Obj = {"name": md.get("name", ""), "kind": info.plural}
+    if info.group:
+        details["group"] = info.group
+    if md.get("uid"):
+        details["uid"] = md["uid"]
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": details}
 
 
 def _r(

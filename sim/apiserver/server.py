@@ -38,7 +38,7 @@ from sim.apiserver.rbac import (
     forbidden,
     verb_for,
 )
-from sim.apiserver.resources import ResourceInfo, ResourceRegistry, crd_resources
+from sim.apiserver.resources import ResourceInfo, ResourceRegistry, crd_resources, deleted_status
 from sim.apiserver.store import (
     DELETED,
     Event,
@@ -466,7 +466,9 @@ class ApiServer:
         if method == "DELETE" and t.name:
             self.stats.count("delete", who)
             delete_opts = self._delete_options(request, body if isinstance(body, dict) else None)
-            obj, _ = self.lifecycle.delete(t.info, t.namespace, t.name, delete_opts)
+            obj, gone = self.lifecycle.delete(t.info, t.namespace, t.name, delete_opts)
+            if gone and not t.info.returns_deleted:
+                return self._json(deleted_status(t.info, obj))
             return self._respond_object(request, t.info, obj)
         if method == "DELETE":
             self.stats.count("deletecollection", who)
@@ -547,10 +549,10 @@ class ApiServer:
                 raise errors.ApiError(422, "Invalid", str(err)) from None
         elif ctype == "application/strategic-merge-patch+json":
             if (t.info.group, t.info.kind) not in STRATEGIC_MERGE_KINDS or not t.info.builtin:
-                raise errors.unsupported_media_type(ctype)
+                raise errors.unsupported_media_type(builtin=t.info.builtin)
             patched = apply_strategic_merge_patch(current, body, t.info.kind, t.info.group)
         else:
-            raise errors.unsupported_media_type(ctype)
+            raise errors.unsupported_media_type(builtin=t.info.builtin)
         if not isinstance(patched, dict):
             raise errors.bad_request("the patch must produce a JSON object")
         # The patched object carries the current resourceVersion, unless the patch itself

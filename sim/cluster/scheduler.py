@@ -33,6 +33,7 @@ _MERGE_PATCH = "application/merge-patch+json"
 _REASON_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 _REASON_CLAIMS = "node(s) cannot allocate all claims"
 _REASON_ALLOCATED = "node(s) unavailable for allocated claim"
+_REASON_PODS = "Too many pods"  # NodeResourcesFit: allocatable pods used up (or none)
 
 Obj = dict[str, Any]
 DeviceId = tuple[str, str, str]  # driver, pool, device
@@ -57,6 +58,16 @@ class NotReadyError(Exception):
 
 
 # --- node filters ----------------------------------------------------------------------
+
+
+def _allocatable_pods(node: Mapping[str, Any]) -> int:
+    """How many pods the node takes: a Node without allocatable (no kubelet reported it)
+    takes none."""
+    value = ((node.get("status") or {}).get("allocatable") or {}).get("pods")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _taint_reason(taint: Mapping[str, Any]) -> str:
@@ -344,10 +355,18 @@ class Scheduler:
             for dev in _allocated_devices(claim)
         }
         reasons: list[str] = []
+        bound: dict[str, int] = {}
+        for other in self._items("pods").values():
+            where = (other.get("spec") or {}).get("nodeName")
+            if where:
+                bound[where] = bound.get(where, 0) + 1
         for node in nodes:
             name = node["metadata"]["name"]
             if not pod_spec_matches_node(pod.get("spec") or {}, node):
                 reasons.append(_REASON_SELECTOR)
+                continue
+            if bound.get(name, 0) >= _allocatable_pods(node):
+                reasons.append(_REASON_PODS)
                 continue
             taint = untolerated_taint((pod.get("spec") or {}).get("tolerations") or [], node)
             if taint is not None:

@@ -38,7 +38,11 @@ def _cluster(k8s, nodes: dict[str, dict[str, str]], slices: list[str], classes: 
                 {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": expr}}]}}
             )
     for name, labels in nodes.items():
-        core.create_node({"metadata": {"name": name, "labels": labels}})
+        # What a kubelet reports: the scheduler places pods only where pods are allocatable.
+        core.create_node({
+            "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"pods": "110"}, "capacity": {"pods": "110"}},
+        })  # fmt: skip
     for node in slices:
         resource.create_resource_slice(
             {

@@ -18,7 +18,7 @@ API_VERSION = "resource.nvidia.com/v1beta1"
 RULES_SKIPPED = Cause(
     "<nil>",
     "FieldValueInvalid",
-    'Invalid value: "null": some validation rules were not checked because the object was '
+    'Invalid value: null: some validation rules were not checked because the object was '
     "invalid; correct the existing errors to complete validation",
 )
 SUBDOMAIN_MSG = (

@@ -17,6 +17,7 @@ from apiserver_cases import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.apiserver import defaults
 from sim.apiserver.builtin_schema import BuiltinSchemas
 from sim.apiserver.crd_validation import validate_crd
 from sim.apiserver.errors import ApiError
@@ -368,7 +369,41 @@ def test_realistic_builtins_are_valid(builtin: BuiltinSchemas, make: Callable[[]
     assert builtin.validate(obj) == []
     assert builtin.unknown_fields(obj) == []
     assert builtin.decode_error(obj) is None
-    assert builtin.admit(obj) == (obj, [])
+    sent = copy.deepcopy(obj)
+    stored, warnings = builtin.admit(obj)
+    assert obj == sent and warnings == []  # the caller's object is left alone
+    group = obj["apiVersion"].rpartition("/")[0]
+    defaults.apply(group, obj["kind"], sent)
+    assert stored == sent  # nothing lost, only the server's defaults added
+
+
+def test_pod_defaults_are_the_servers(builtin: BuiltinSchemas) -> None:
+    """What kube-apiserver v1.37 stores for a bare pod (its defaults.go)."""
+    stored, _ = builtin.admit({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{
+            "name": "c", "image": "busybox:1.36",
+            "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "ports": [{"containerPort": 80}],
+            "readinessProbe": {"httpGet": {"port": 80}},
+        }], "volumes": [{"name": "h", "hostPath": {"path": "/x"}}]},
+    })  # fmt: skip
+    spec = stored["spec"]
+    assert {k: spec[k] for k in ("dnsPolicy", "restartPolicy", "schedulerName",
+                                 "terminationGracePeriodSeconds", "securityContext",
+                                 "enableServiceLinks")} == {
+        "dnsPolicy": "ClusterFirst", "restartPolicy": "Always",
+        "schedulerName": "default-scheduler", "terminationGracePeriodSeconds": 30,
+        "securityContext": {}, "enableServiceLinks": True}  # fmt: skip
+    [container] = spec["containers"]
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["env"][0]["valueFrom"]["fieldRef"]["apiVersion"] == "v1"
+    assert container["ports"][0]["protocol"] == "TCP"
+    assert container["readinessProbe"] == {
+        "httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1,
+        "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}  # fmt: skip
+    assert spec["volumes"][0]["hostPath"] == {"path": "/x", "type": ""}
 
 
 def test_the_newest_schema_version_is_used(builtin: BuiltinSchemas) -> None:
@@ -505,7 +540,7 @@ INVALID = [
         ),
         "spec.spec.devices.requests[0]",
         "FieldValueInvalid",
-        'Invalid value: "null": exactly '
+        'Invalid value: null: exactly '
         "one of `exactly` or `firstAvailable` is required, but multiple fields are set",
     ),
     (
@@ -703,13 +738,15 @@ def test_unknown_fields_are_reported_and_stripped(builtin: BuiltinSchemas) -> No
     assert builtin.validate(obj) == []  # not a validation error: the server drops them
     assert sorted(builtin.unknown_fields(obj)) == sorted(paths)
     stored, warnings = builtin.admit(obj)
-    assert stored == daemonset()
+    expected = daemonset()
+    defaults.apply("apps", "DaemonSet", expected)
+    assert stored == expected
     assert sorted(warnings) == sorted(f'unknown field "{p}"' for p in paths)
     assert obj["spec"]["weird.key"] == 1  # input untouched
     with pytest.raises(ApiError) as exc:
         builtin.admit(obj, field_validation="Strict")
     assert exc.value.code == 400 and "strict decoding error: unknown field" in exc.value.message
-    assert builtin.admit(obj, field_validation="Ignore") == (daemonset(), [])
+    assert builtin.admit(obj, field_validation="Ignore") == (expected, [])
 
 
 def test_kinds_without_schema_pass(builtin: BuiltinSchemas) -> None:

@@ -445,7 +445,7 @@ def test_spec_update_is_rejected(cd_crd: dict[str, Any]) -> None:
         admit_update(cd_crd, old, new)
     assert fields(exc.value) == ["spec"]
     assert exc.value.causes[0].message == (
-        'Invalid value: "object": A computeDomain.spec is immutable'
+        'Invalid value: A computeDomain.spec is immutable'
     )
 
 
