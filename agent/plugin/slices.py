@@ -31,6 +31,19 @@ def desired_devices(*, host_managed: bool) -> list[dict[str, Any]]:
     return devices
 
 
+def slice_body(node: str, owner: dict[str, Any], generation: int,
+               devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """The node's one ResourceSlice (its pool is the node), owned by the Node object."""
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"generateName": f"00000-{names.DRIVER_NAME}-{node}-",
+                     "ownerReferences": [owner]},
+        "spec": {"driver": names.DRIVER_NAME, "nodeName": node,
+                 "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+                 "devices": devices},
+    }
+
+
 class SlicePublisher:
     def __init__(self, api: client.ApiClient, node_name: str, *, host_managed: bool,
                  resync_s: float = 30.0) -> None:
@@ -68,15 +81,7 @@ class SlicePublisher:
         if keep is None:
             generation = 1 + max((s["spec"].get("pool", {}).get("generation", 0)
                                   for s in slices), default=0)
-            body = {
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                "metadata": {"generateName": f"00000-{names.DRIVER_NAME}-{self._node}-",
-                             "ownerReferences": [owner]},
-                "spec": {"driver": names.DRIVER_NAME, "nodeName": self._node,
-                         "pool": {"name": self._node, "generation": generation,
-                                  "resourceSliceCount": 1},
-                         "devices": self._devices},
-            }
+            body = slice_body(self._node, owner, generation, self._devices)
             created = await call(self._resource.create_resource_slice, body,
                                  _request_timeout=20)
             keep = self._api.sanitize_for_serialization(created)

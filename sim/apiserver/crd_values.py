@@ -276,9 +276,6 @@ def _check_object(
                 f"{name} in body should have at least {s['minProperties']} properties",
             )
         )
-    for key in str_list(s.get("required")):
-        if key not in value and not (root and key == "metadata"):
-            out.append(required(child(path, key)))
     if s.get("x-kubernetes-embedded-resource"):
         for key in ("apiVersion", "kind"):
             if not value.get(key):
@@ -298,3 +295,7 @@ def _check_object(
         sub = props.get(key, addl)
         if sub is not None:
             check_value(sub_value, sub, child(path, key), olds.get(key, ABSENT), out)
+    # kube-openapi checks required properties after the properties themselves.
+    for key in str_list(s.get("required")):
+        if key not in value and not (root and key == "metadata"):
+            out.append(required(child(path, key)))

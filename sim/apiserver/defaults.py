@@ -6,8 +6,9 @@ on Pod creation the ServiceAccount, Priority and DefaultTolerationSeconds admiss
 plugins fill in the account, the priority and two tolerations, and the pod strategy
 resets the status to Pending with its QoS class. Tools and tests read these fields back
 (`restartPolicy`, `terminationGracePeriodSeconds`, probe periods), so the emulator stores
-them as the real server does. What it leaves out: the ServiceAccount admission's
-projected `kube-api-access-<random>` token volume and its mounts.
+them as the real server does; DRA device requests get their allocation mode and count. What it
+leaves out: the ServiceAccount admission's projected `kube-api-access-<random>` token
+volume and its mounts.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def _image_tag(image: str) -> str:
 def _probe(probe: Any) -> None:
     if not isinstance(probe, dict):
         return
+    if probe.get("initialDelaySeconds") == 0:  # omitempty: a zero never comes back
+        del probe["initialDelaySeconds"]
     for key, value in (("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1),
                        ("failureThreshold", 3)):  # fmt: skip
         if not probe.get(key):
@@ -141,7 +144,33 @@ def _daemon_set(obj: Obj) -> None:
     spec.setdefault("revisionHistoryLimit", 10)
 
 
+def _device_request(request: Any) -> None:
+    """SetDefaults_ExactDeviceRequest / _DeviceSubRequest (resource.k8s.io/v1)."""
+    if not isinstance(request, dict):
+        return
+    _set(request, "allocationMode", "ExactCount")
+    if request["allocationMode"] == "ExactCount" and not request.get("count"):
+        request["count"] = 1
+
+
+def _claim_spec(spec: Any) -> None:
+    for request in ((spec or {}).get("devices") or {}).get("requests") or ():
+        if isinstance(request, dict):
+            _device_request(request.get("exactly"))
+            for sub in request.get("firstAvailable") or ():
+                _device_request(sub)
+
+
+def _event(obj: Obj) -> None:
+    obj.setdefault("eventTime", None)  # a MicroTime struct: serialized even when unset
+
+
 DEFAULTS: Final[dict[tuple[str, str], Callable[[Obj], None]]] = {
+    ("", "Event"): _event,
+    ("resource.k8s.io", "ResourceClaim"): lambda o: _claim_spec(o.get("spec")),
+    ("resource.k8s.io", "ResourceClaimTemplate"): lambda o: _claim_spec(
+        (o.get("spec") or {}).get("spec")
+    ),
     ("", "Pod"): _pod,
     ("", "PodTemplate"): lambda o: pod_spec((o.get("template") or {}).get("spec")),
     ("apps", "DaemonSet"): _daemon_set,

@@ -68,6 +68,16 @@ class DeleteOptions:
     dry_run: bool = False
 
 
+# ObjectMeta's omitempty maps and lists: stored empty, they come back absent.
+_OMITTED_WHEN_EMPTY = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
+def drop_empty_meta(md: Obj) -> None:
+    for key in _OMITTED_WHEN_EMPTY:
+        if key in md and not md[key]:
+            del md[key]
+
+
 class Lifecycle:
     """Create, update, status update and delete with the real server's metadata rules.
 
@@ -130,6 +140,7 @@ class Lifecycle:
             md["generation"] = 1
         self._prepare_create_status(info, obj)
         obj = self._admit(info, obj, None, opts or AdmitOptions())
+        drop_empty_meta(meta(obj))
         if dry_run:
             return obj
         return self._store.put(info.key, obj)
@@ -233,8 +244,7 @@ class Lifecycle:
         if _spec_changed(current, new) and "generation" in cur_md:
             md["generation"] = int(cur_md["generation"]) + 1
         new = self._admit(info, new, current, opts or AdmitOptions())
-        if not md.get("finalizers"):
-            md.pop("finalizers", None)
+        drop_empty_meta(md)
         if _same(current, new):
             return current
         if dry_run:
@@ -247,8 +257,7 @@ class Lifecycle:
     def replace_stored(self, info: ResourceInfo, current: Obj, new: Obj) -> Obj:
         """A server-internal update (garbage collector, namespace controller): no admission."""
         md = meta(new)
-        if not md.get("finalizers"):
-            md.pop("finalizers", None)
+        drop_empty_meta(md)
         if _same(current, new):
             return current
         if md.get("deletionTimestamp") and not md.get("finalizers"):

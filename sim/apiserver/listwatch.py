@@ -15,7 +15,16 @@ from aiohttp import web
 from sim.apiserver import errors, table
 from sim.apiserver.field_selectors import check_fields, parse_field_selector
 from sim.apiserver.label_selectors import parse_label_selector
-from sim.apiserver.store import ADDED, DELETED, MODIFIED, Event, ExpiredError, Obj, Store
+from sim.apiserver.store import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    Event,
+    ExpiredError,
+    Obj,
+    Store,
+    list_order,
+)
 
 if TYPE_CHECKING:
     from sim.apiserver.server import Target
@@ -82,7 +91,8 @@ def list_response(request: web.Request, t: Target, store: Store) -> web.Response
             (
                 i
                 for i, o in enumerate(items)
-                if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after
+                if list_order(o["metadata"].get("namespace", ""), o["metadata"]["name"])
+                > list_order(*after)
             ),
             len(items),
         )

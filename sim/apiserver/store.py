@@ -63,6 +63,11 @@ class Watcher:
         self.queue.put_nowait(None)
 
 
+def list_order(namespace: str, name: str) -> str:
+    """The position of an object in a list: its etcd key below the resource's prefix."""
+    return f"{namespace}/{name}" if namespace else name
+
+
 class Store:
     """All objects of all resources, plus the bounded event history.
 
@@ -94,9 +99,10 @@ class Store:
         return self._objects.get(key, {}).get((namespace, name))
 
     def list(self, key: Key, namespace: str | None = None) -> list[Obj]:
-        """Objects in key order (namespace, name), as etcd returns them."""
+        """Objects in etcd's key order (`<namespace>/<name>` as one string, so that
+        `team-a-x/` sorts before `team-a/`), as kube-apiserver lists them."""
         bucket = self._objects.get(key, {})
-        items = sorted(bucket.items())
+        items = sorted(bucket.items(), key=lambda item: list_order(*item[0]))
         return [obj for (ns, _), obj in items if namespace is None or ns == namespace]
 
     def count(self, key: Key) -> int:

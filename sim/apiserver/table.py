@@ -6,10 +6,15 @@ Custom resources print their CRD's additionalPrinterColumns, which is how
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from sim.apiserver import printers
+from sim.apiserver.printers import Column
 from sim.apiserver.resources import ResourceInfo
+
+Cell = str | None | Callable[[dict[str, Any]], Any]
 
 _NAME = {
     "name": "Name",
@@ -72,38 +77,25 @@ def _json_path(obj: Any, path: str) -> Any:
     return current
 
 
-def _builtin_columns(info: ResourceInfo) -> list[tuple[dict[str, Any], str]]:
-    if info.kind == "Pod":
-        return [
-            (
-                {
-                    "name": "Status",
-                    "type": "string",
-                    "format": "",
-                    "priority": 0,
-                    "description": "The pod phase.",
-                },
-                ".status.phase",
-            ),
-            (
-                {
-                    "name": "Node",
-                    "type": "string",
-                    "format": "",
-                    "priority": 1,
-                    "description": "The node the pod is bound to.",
-                },
-                ".spec.nodeName",
-            ),
-        ]
-    return []
+def _age(obj: dict[str, Any]) -> str:
+    return human_duration((obj.get("metadata") or {}).get("creationTimestamp"))
 
 
-def columns(info: ResourceInfo) -> list[tuple[dict[str, Any], str | None]]:
-    """(definition, JSONPath) pairs; Age's path is None (computed from creationTimestamp)."""
-    out: list[tuple[dict[str, Any], str | None]] = [(_NAME, ".metadata.name")]
+# Built-in kinds with a printer of their own (the rest print Name and Age).
+_PRINTERS: dict[str, Callable[[Callable[[dict[str, Any]], str]], list[Column]]] = {
+    "Pod": printers.pod_columns,
+    "Node": printers.node_columns,
+}
+
+
+def columns(info: ResourceInfo) -> list[tuple[dict[str, Any], Cell]]:
+    """(definition, JSONPath or function of the object) pairs; Age's path is None
+    (computed from creationTimestamp)."""
+    out: list[tuple[dict[str, Any], Cell]] = [(_NAME, ".metadata.name")]
     if info.builtin:
-        out += _builtin_columns(info)
+        printer = _PRINTERS.get(info.kind) if not info.group else None
+        if printer is not None:
+            return out + list(printer(_age))
         out.append((_AGE, None))
         return out
     custom = list(info.printer_columns)
@@ -121,7 +113,9 @@ def columns(info: ResourceInfo) -> list[tuple[dict[str, Any], str | None]]:
     return out
 
 
-def _cell(definition: dict[str, Any], path: str | None, obj: dict[str, Any]) -> Any:
+def _cell(definition: dict[str, Any], path: Cell, obj: dict[str, Any]) -> Any:
+    if callable(path):
+        return path(obj)
     if path is None:
         return human_duration(obj.get("metadata", {}).get("creationTimestamp"))
     value = _json_path(obj, path)

@@ -24,6 +24,7 @@ _BOUND_KINDS = {"Pod": ("", "pods"), "Secret": ("", "secrets"), "Node": ("", "no
 
 
 def _invalid(name: str, field: str, message: str) -> errors.ApiError:
+    """`name` is the TokenRequest's own (usually none), not the ServiceAccount's."""
     return errors.invalid(
         "authentication.k8s.io",
         "TokenRequest",
@@ -51,7 +52,7 @@ def issue_token(
         raise errors.bad_request(f"spec.expirationSeconds must be an integer, got {seconds!r}")
     if seconds < MIN_SECONDS:
         raise _invalid(
-            name,
+            str((body.get("metadata") or {}).get("name") or ""),
             "spec.expirationSeconds",
             f"Invalid value: {seconds}: may not specify a duration less than 10 minutes",
         )

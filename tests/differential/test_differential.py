@@ -9,10 +9,13 @@ fails too, so the list stays true.
 from __future__ import annotations
 
 import copy
+import re
+import subprocess
 from typing import Any
 
 import pytest
-from harness import Pair
+import yaml
+from harness import Difference, Pair, scrub_text
 
 from api import names
 
@@ -153,8 +156,6 @@ def test_field_validation_of_unknown_fields(pair: Pair) -> None:
     pair.compare("fields: Warn warnings", answers, pick=lambda v: v["code"])
     ours, theirs = (a.warnings for a in answers)
     if ours != theirs:
-        from harness import Difference
-
         pair.differences.append(Difference("fields: Warn warnings", ours, theirs))
     pair.same("fields: Ignore", "POST", path, cd("i") | {"spec": extra["spec"]},
               query={"fieldValidation": "Ignore"})
@@ -309,8 +310,6 @@ def test_watch_with_selectors(pair: Pair) -> None:
     for t in threads:
         t.join(20)
     if events["emulator"] != events["kubernetes"]:
-        from harness import Difference
-
         pair.differences.append(
             Difference("watch: events", events["emulator"], events["kubernetes"]))
     # A watch from a resourceVersion long compacted away: an ERROR event with 410. (The
@@ -325,8 +324,6 @@ def test_watch_with_selectors(pair: Pair) -> None:
                                        "code": first["object"].get("code"),
                                        "reason": first["object"].get("reason")}
     if gone["emulator"] != gone["kubernetes"]:
-        from harness import Difference
-
         pair.differences.append(Difference("watch: too old", gone["emulator"], gone["kubernetes"]))
     check(pair, "watch:")
 
@@ -352,3 +349,196 @@ def test_list_map_and_nested_errors(pair: Pair) -> None:
     pair.same("cliques: daemons not a list", "POST", path, clique("obj", {"n1": entry}))  # type: ignore[arg-type]
     pair.same("cliques: null daemons", "POST", path, clique("null", None))  # type: ignore[arg-type]
     check(pair, "cliques:")
+
+
+def _stored(v: Any) -> Any:
+    """An answer's object less its metadata: what the server made of what was sent."""
+    if v["code"] >= 300:
+        return v
+    body = {k: val for k, val in v["body"].items() if k != "metadata"}
+    return {"code": v["code"], "body": body}
+
+
+def test_the_drivers_own_objects(pair: Pair) -> None:
+    """What the controller and the agent write (from their own renderers), stored alike:
+    the claim templates, the IMEX daemon DaemonSet, the node's ResourceSlice, an Event, a
+    leader Lease. A default the real server adds and the emulator does not would make a
+    driver comparing its object with the stored one see a drift that is not there."""
+    from agent.plugin.slices import desired_devices, slice_body
+    from api.events import EventRecorder, pod_ref
+    from controller import render
+
+    ns = namespace(pair, "diff-driver")
+    driver_ns = namespace(pair, "diff-driver-system")
+    settings = render.RenderSettings(namespace=driver_ns, image="example.com/cd:1",
+                                     daemon_log_verbosity=2)
+    domain = cd("own") | {"metadata": {"name": "own", "namespace": ns,
+                                       "uid": "3f1c9a52-6a5e-4c2b-9d7e-0a1b2c3d4e5f"}}
+    uid = domain["metadata"]["uid"]
+    workload = render.workload_claim_template(domain, settings)
+    pair.same("driver: workload claim template", "POST",
+              f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", workload,
+              pick=_stored)
+    daemon = render.daemon_claim_template(uid, settings)
+    pair.same("driver: daemon claim template", "POST",
+              f"/apis/resource.k8s.io/v1/namespaces/{driver_ns}/resourceclaimtemplates", daemon,
+              pick=_stored)
+    pair.same("driver: daemon DaemonSet", "POST",
+              f"/apis/apps/v1/namespaces/{driver_ns}/daemonsets", render.daemon_set(uid, settings),
+              pick=lambda v: v if v["code"] >= 300 else {"code": v["code"],
+                                                         "spec": v["body"]["spec"]})
+    node = {"metadata": {"name": "diff-slice-node"}}
+    created = pair.same("driver: node", "POST", "/api/v1/nodes", node, pick=lambda v: v["code"])
+    for server, answer in zip(pair.servers(), created, strict=True):
+        owner = {"apiVersion": "v1", "kind": "Node", "name": "diff-slice-node",
+                 "uid": answer.body["metadata"]["uid"], "controller": True}
+        body = slice_body("diff-slice-node", owner, 1, desired_devices(host_managed=False))
+        server.slice = server.send("POST", "/apis/resource.k8s.io/v1/resourceslices", body)
+    pair.compare("driver: ResourceSlice", (pair.emulator.slice, pair.kubernetes.slice),
+                 pick=_stored)
+    # The agent keeps its slice while the stored devices equal the ones it publishes.
+    for server in pair.servers():
+        assert server.slice.body["spec"]["devices"] == desired_devices(host_managed=False), (
+            server.name, server.slice.body["spec"]["devices"])
+    recorder = EventRecorder(None, "compute-domain-kubelet-plugin", "node-1")
+    event = recorder.body(pod_ref("p", ns, "0000"), "ComputeDomainChannelPrepared", "ready",
+                          "Normal")
+    pair.same("driver: Event", "POST", f"/api/v1/namespaces/{ns}/events", event,
+              pick=lambda v: v if v["code"] >= 300 else {
+                  "code": v["code"],
+                  "body": {k: val for k, val in v["body"].items()
+                           if k not in ("metadata", "firstTimestamp", "lastTimestamp")}})
+    lease = {
+        "metadata": {"name": "nvidia-compute-domain-controller", "namespace": driver_ns},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,
+                 "acquireTime": "2026-12-01T00:00:00.000000Z",
+                 "renewTime": "2026-12-01T00:00:00.000000Z", "leaseTransitions": 0},
+    }
+    pair.same("driver: Lease", "POST",
+              f"/apis/coordination.k8s.io/v1/namespaces/{driver_ns}/leases", lease, pick=_stored)
+    check(pair, "driver:")
+
+
+def test_node_labels_as_the_agent_writes_them(pair: Pair) -> None:
+    """The agent labels its node by full update (refusing another domain's label) and sets
+    the clique label by strategic merge patch; null removes it."""
+    pair.same("nodes: create", "POST", "/api/v1/nodes",
+              {"metadata": {"name": "diff-label-node", "labels": {"a": "1"}}},
+              pick=lambda v: v["code"])
+    labels = lambda v: v if v["code"] >= 300 else {  # noqa: E731
+        "code": v["code"], "labels": v["body"]["metadata"].get("labels")}
+    answers = []
+    for server in pair.servers():
+        for _ in range(5):  # as the agent does: re-read on 409 (the node controller writes too)
+            obj = server.send("GET", "/api/v1/nodes/diff-label-node").body
+            obj["metadata"]["labels"][names.LABEL_COMPUTE_DOMAIN] = "uid-1"
+            answer = server.send("PUT", "/api/v1/nodes/diff-label-node", obj)
+            if answer.code != 409:
+                break
+        answers.append(answer)
+    pair.compare("nodes: full update", tuple(answers), pick=labels)  # type: ignore[arg-type]
+    pair.same("nodes: strategic merge patch", "PATCH", "/api/v1/nodes/diff-label-node",
+              {"metadata": {"labels": {names.LABEL_GPU_CLIQUE: "c.1"}}},
+              content_type="application/strategic-merge-patch+json", pick=labels)
+    pair.same("nodes: null removes", "PATCH", "/api/v1/nodes/diff-label-node",
+              {"metadata": {"labels": {names.LABEL_GPU_CLIQUE: None}}},
+              content_type="application/strategic-merge-patch+json", pick=labels)
+    pair.same("nodes: bad label value", "PATCH", "/api/v1/nodes/diff-label-node",
+              {"metadata": {"labels": {names.LABEL_GPU_CLIQUE: "not a value!"}}},
+              content_type="application/strategic-merge-patch+json")
+    pair.same("nodes: status patch", "PATCH", "/api/v1/nodes/diff-label-node/status",
+              {"status": {"allocatable": {"pods": "10"}}},
+              content_type="application/strategic-merge-patch+json",
+              pick=lambda v: v if v["code"] >= 300 else {
+                  "code": v["code"], "allocatable": v["body"]["status"].get("allocatable")})
+    check(pair, "nodes:")
+
+
+def test_service_account_tokens(pair: Pair) -> None:
+    """TokenRequest, as the sim asks for its programs' tokens and kubelets for pods'."""
+    ns = namespace(pair, "diff-tokens")
+    pair.same("tokens: account", "POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+              {"metadata": {"name": "sa"}}, pick=lambda v: v["code"])
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"expirationSeconds": 3600}}
+    shape = lambda v: v if v["code"] >= 300 else {  # noqa: E731
+        "code": v["code"], "kind": v["body"]["kind"], "spec": v["body"]["spec"].get(
+            "expirationSeconds"), "token": bool(v["body"]["status"].get("token"))}
+    pair.same("tokens: issued", "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/sa/token",
+              request, pick=shape)
+    pair.same("tokens: no such account", "POST",
+              f"/api/v1/namespaces/{ns}/serviceaccounts/nobody/token", request)
+    pair.same("tokens: too short", "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/sa/token",
+              request | {"spec": {"expirationSeconds": 60}})
+    bound = request | {"spec": {"expirationSeconds": 3600, "boundObjectRef": {
+        "apiVersion": "v1", "kind": "Pod", "name": "nowhere", "uid": "u"}}}
+    pair.same("tokens: bound to a missing pod", "POST",
+              f"/api/v1/namespaces/{ns}/serviceaccounts/sa/token", bound)
+    check(pair, "tokens:")
+
+
+# --- kubectl ---------------------------------------------------------------------------------
+
+_AGE = re.compile(r"(?<=\s)(\d+(\.\d+)?(s|m|h|d))+(?=\s|$)")
+
+
+def _kubectl_text(text: str) -> str:
+    """kubectl output less what differs between any two servers (ages, UIDs, times)."""
+    text = scrub_text(text)
+    text = re.sub(r"(?m)^(\s*(resourceVersion|uid|creationTimestamp)): .*$", r"\1: <x>", text)
+    text = re.sub(r'"(resourceVersion|uid|creationTimestamp)": ?"[^"]*"', r'"\1":"<x>"', text)
+    return _AGE.sub("<age>", text)
+
+
+def kubectl_both(pair: Pair, kubectl_bin: Any, tmp: Any, case: str, *args: str,
+                 stdin: str | None = None) -> None:
+    """Run one kubectl command against both servers; compare exit code and output."""
+    outputs = []
+    for server in pair.servers():
+        config = server.admin.write_kubeconfig(tmp / f"{server.name}.kubeconfig")
+        done = subprocess.run(
+            [str(kubectl_bin), "--kubeconfig", str(config), *args], input=stdin,
+            capture_output=True, text=True, timeout=60,
+            env={"HOME": str(tmp), "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        outputs.append({"code": done.returncode, "stdout": _kubectl_text(done.stdout),
+                        "stderr": _kubectl_text(done.stderr)})
+    if outputs[0] != outputs[1]:
+        pair.differences.append(Difference(case, outputs[0], outputs[1]))
+
+
+def test_kubectl_what_an_admin_types(pair: Pair, kubectl_bin: Any, tmp_path: Any) -> None:
+    """The troubleshooting guide's commands and everyday edits, through the pinned kubectl."""
+    ns = namespace(pair, "diff-kubectl")
+    run = lambda case, *args, stdin=None: kubectl_both(  # noqa: E731
+        pair, kubectl_bin, tmp_path, f"kubectl: {case}", *args, stdin=stdin)
+    manifest = yaml.safe_dump(cd("k") | {"metadata": {"name": "k", "namespace": ns}})
+    run("apply creates", "apply", "-f", "-", stdin=manifest)
+    run("apply again", "apply", "-f", "-", stdin=manifest)
+    run("get table", "get", "computedomain", "-n", ns)
+    run("get -A -o yaml", "get", "computedomain", "-A", "-o", "yaml")
+    run("get -o json", "get", "computedomain", "k", "-n", ns, "-o", "json")
+    run("get -o name", "get", "computedomains", "-n", ns, "-o", "name")
+    run("get missing", "get", "computedomain", "missing", "-n", ns)
+    run("label", "label", "computedomain", "k", "-n", ns, "team=ml")
+    run("get -L", "get", "computedomain", "-n", ns, "-L", "team")
+    run("get -l", "get", "computedomain", "-n", ns, "-l", "team=ml", "-o", "name")
+    run("patch merge", "patch", "computedomain", "k", "-n", ns, "--type", "merge", "-p",
+        '{"metadata":{"annotations":{"a":"b"}}}')
+    run("patch the immutable spec", "patch", "computedomain", "k", "-n", ns, "--type",
+        "merge", "-p", '{"spec":{"numNodes":4}}')
+    bad = yaml.safe_dump(cd("bad") | {"metadata": {"name": "bad", "namespace": ns}}
+                         | {"spec": {"numNodes": -1}})
+    run("create invalid", "create", "-f", "-", stdin=bad)
+    run("configmap apply", "apply", "-f", "-",
+        stdin=f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: {ns}}}\n"
+              "data: {a: '1'}\n")
+    run("configmap apply changed", "apply", "-f", "-",
+        stdin=f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: {ns}}}\n"
+              "data: {a: '2'}\n")
+    run("node show labels", "get", "node", "diff-label-node", "--show-labels")
+    run("events sorted", "get", "events", "-n", ns, "--sort-by=.lastTimestamp")
+    run("claims wide", "get", "resourceclaimtemplate,resourceclaim", "-A", "-o", "wide")
+    run("delete", "delete", "computedomain", "k", "-n", ns)
+    run("delete missing", "delete", "computedomain", "k", "-n", ns)
+    check(pair, "kubectl:")
