@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sim.apiserver import errors
+from sim.apiserver import errors, serviceaccounts
 from sim.apiserver.admission import AdmitOptions
 from sim.apiserver.errors import ApiError, Cause
 from sim.apiserver.go_format import go_string_slice
@@ -139,6 +139,8 @@ class Lifecycle:
         if "spec" in obj or not info.builtin:
             md["generation"] = 1
         self._prepare_create_status(info, obj)
+        if info.builtin and info.kind == "Pod":
+            serviceaccounts.admit_pod(self._store, namespace, obj)
         obj = self._admit(info, obj, None, opts or AdmitOptions())
         drop_empty_meta(meta(obj))
         if dry_run:

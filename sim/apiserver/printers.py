@@ -113,8 +113,8 @@ def _address(kind: str) -> Callable[[Obj], str]:
     return cell
 
 
-def _info(key: str) -> Callable[[Obj], str]:
-    return lambda n: str(((n.get("status") or {}).get("nodeInfo") or {}).get(key) or "")
+def _info(key: str, missing: str = "<unknown>") -> Callable[[Obj], str]:
+    return lambda n: str(((n.get("status") or {}).get("nodeInfo") or {}).get(key) or missing)
 
 
 def node_columns(age: Callable[[Obj], str]) -> list[Column]:
@@ -123,7 +123,7 @@ def node_columns(age: Callable[[Obj], str]) -> list[Column]:
         _col("Roles", "The roles of the node", _roles),
         _col("Age", "CreationTimestamp is a timestamp representing the server time when this "
              "object was created.", age),
-        _col("Version", "Kubelet Version reported by the node.", _info("kubeletVersion")),
+        _col("Version", "Kubelet Version reported by the node.", _info("kubeletVersion", "")),
         _col("Internal-IP", "List of internal IPs for the node.", _address("InternalIP"), 1),
         _col("External-IP", "List of external IPs for the node.", _address("ExternalIP"), 1),
         _col("OS-Image", "OS image reported by the node.", _info("osImage"), 1),

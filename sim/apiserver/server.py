@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from sim.apiserver import discovery, errors, openapi, table
+from sim.apiserver import discovery, errors, openapi, serviceaccounts, table
 from sim.apiserver.admission import FIELD_VALIDATION, Admission, AdmitOptions
 from sim.apiserver.authn import TokenAuthenticator, UserInfo
 from sim.apiserver.control import Faults, Stats, control
@@ -100,6 +100,8 @@ class ApiServer:
                 self.lifecycle.create(
                     self.registry.lookup("", "v1", "namespaces"), "", {"metadata": {"name": ns}}
                 )
+        for ns in self.store.list(("", "namespaces")):
+            self._ensure_default_account(ns["metadata"]["name"])
         if authenticator is not None:
             self._install_default_rbac()
 
@@ -205,6 +207,15 @@ class ApiServer:
             ],
         }
         self.store.put(CRD_KEY, new)
+
+    def _ensure_default_account(self, namespace: str) -> None:
+        """kube-controller-manager's ServiceAccount controller: every namespace has its
+        `default` ServiceAccount (pods that name none use it)."""
+        key = ("", "serviceaccounts")
+        if self.store.get(key, namespace, serviceaccounts.DEFAULT) is None:
+            info = self.registry.lookup("", "v1", "serviceaccounts")
+            assert info is not None
+            self.lifecycle.create(info, namespace, serviceaccounts.default_account(namespace))
 
     def _namespace_exists(self, name: str) -> bool:
         ns = self.store.get(("", "namespaces"), "", name)
@@ -423,6 +434,8 @@ class ApiServer:
         if method == "POST" and not t.name:
             self.stats.count("create", who)
             created = self.lifecycle.create(t.info, t.namespace, body, dry_run=dry_run, opts=opts)
+            if t.info.builtin and t.info.kind == "Namespace" and not dry_run:
+                self._ensure_default_account(created["metadata"]["name"])
             return self._respond_object(request, t.info, created, 201, opts.warnings)
         if method == "POST" and t.subresource == "token":
             self.stats.count("create", who)
