@@ -44,13 +44,14 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Benchmarks (long; not part of `make test`): tables on stdout and in tests/bench/RESULTS.md.
-bench: $(STAMP)
+bench: $(STAMP) k8s
 	$(PY) tests/bench/bench_apiserver.py
 	$(PY) tests/bench/bench_controller.py
 	$(PY) tests/bench/bench_prepare.py
 	$(PY) packaging/pyinstaller/build.py --dist dist --if-stale
 	$(PY) tests/bench/bench_prepare.py --agent dist/compute-domain-agent
 	$(PY) tests/bench/bench_bringup.py
+	$(PY) tests/bench/bench_controlplanes.py
 
 # The single-file agent (PyInstaller onefile): dist/compute-domain-agent. Runs without Python.
 binary: $(STAMP)

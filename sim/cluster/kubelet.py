@@ -642,17 +642,24 @@ class _PodWorker:
             return {"type": kind, "status": text, "lastTransitionTime": since or _now()}
 
         status = dict(pod.get("status") or {})
+        # kubelet owns these conditions; the scheduler's (PodScheduled) and others stay.
+        owned = {"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"}
+        kept = [c for c in old.values() if c.get("type") not in owned]
+        if "PodScheduled" not in old:
+            kept.append(condition("PodScheduled", True))
         status.update(
             {
                 "phase": "Running" if running else "Pending",
                 "hostIP": self.kubelet.pod_ip,
+                "hostIPs": [{"ip": self.kubelet.pod_ip}],
                 "podIP": self.kubelet.pod_ip,
                 "podIPs": [{"ip": self.kubelet.pod_ip}],
                 "conditions": [
-                    condition("PodScheduled", True),
+                    condition("PodReadyToStartContainers", self.initialized),
                     condition("Initialized", self.initialized),
-                    condition("ContainersReady", ready),
                     condition("Ready", ready),
+                    condition("ContainersReady", ready),
+                    *kept,
                 ],
                 "containerStatuses": statuses,
             }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -26,6 +27,15 @@ def free_port(address: str) -> int:
         return int(s.getsockname()[1])
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal() -> None:
+    """In the child before exec: SIGTERM once the parent is gone (Linux only)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class ManagedProcess:
     """One program: started, stopped gracefully or killed, restarted with the same argv."""
 
@@ -35,8 +45,13 @@ class ManagedProcess:
         argv: Sequence[str],
         log_path: Path,
         env: Mapping[str, str] | None = None,
+        *,
+        die_with_parent: bool = False,
     ) -> None:
+        """`die_with_parent`: the kernel sends the program SIGTERM when this process dies
+        (PR_SET_PDEATHSIG), so a crashed test run leaves no API server behind."""
         self.name = name
+        self.die_with_parent = die_with_parent
         self.argv = [str(a) for a in argv]
         self.log_path = log_path
         self.env = dict(os.environ if env is None else env)
@@ -65,6 +80,7 @@ class ManagedProcess:
                 stdout=out,
                 stderr=out,
                 start_new_session=True,
+                preexec_fn=_parent_death_signal if self.die_with_parent else None,
             )
         self.starts += 1
         log.debug("%s started (pid %s)", self.name, self.proc.pid)

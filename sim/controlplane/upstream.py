@@ -162,7 +162,9 @@ class KubernetesControlPlane:
         await self._wait("the default ServiceAccount", self._default_account_exists)
 
     def _process(self, name: str, argv: Sequence[str]) -> ManagedProcess:
-        process = ManagedProcess(name, [str(a) for a in argv], self.root / "logs" / f"{name}.log")
+        process = ManagedProcess(
+            name, [str(a) for a in argv], self.root / "logs" / f"{name}.log", die_with_parent=True
+        )
         self._processes[name] = process
         return process
 

@@ -23,6 +23,7 @@ from controller.render import (
     parse_pull_secret_names,
     workload_claim_template,
 )
+from sim.apiserver import defaults
 from sim.apiserver.builtin_schema import BuiltinSchemas
 from sim.apiserver.errors import ApiError
 
@@ -65,10 +66,13 @@ def builtin() -> BuiltinSchemas:
 
 
 def admitted(builtin: BuiltinSchemas, obj: dict[str, Any]) -> None:
-    """The emulator's built-in admission takes the object unchanged, without warnings."""
+    """The emulator's built-in admission takes the object without warnings, adding only the
+    server's defaults (nothing of what the controller wrote is dropped or changed)."""
     stored, warnings = builtin.admit(obj, field_validation="Strict")
     assert warnings == []
-    assert stored == obj
+    expected = copy.deepcopy(obj)
+    defaults.apply(obj["apiVersion"].rpartition("/")[0], obj["kind"], expected)
+    assert stored == expected
 
 
 # --- the §11 object set: ns1/cd (uid U), RCT name rct, driver namespace drv ------------------

@@ -76,7 +76,8 @@ def test_custom_resource_crud(pair: Pair) -> None:
         obj["metadata"].setdefault("labels", {})["x"] = "1"
         server.send("PUT", f"{path}/a", obj)
     answers = tuple(
-        server.send("PUT", f"{path}/a", obj | {"metadata": {**obj["metadata"], "labels": {"x": "2"}}})
+        server.send("PUT", f"{path}/a",
+                    obj | {"metadata": {**obj["metadata"], "labels": {"x": "2"}}})
         for server, obj in zip(pair.servers(), stale, strict=True)
     )
     pair.compare("crud: update with a stale resourceVersion", answers)  # type: ignore[arg-type]
@@ -232,7 +233,8 @@ def test_graceful_pod_deletion(pair: Pair) -> None:
                  "containers": [{"name": "c", "image": "busybox"}]},
     }
     pair.same("pods: create", "POST", PODS.format(ns=ns), pod, pick=_pod_spec_and_status)
-    meta = lambda v: v if v["code"] >= 300 else {"code": v["code"], "metadata": v["body"]["metadata"]}  # noqa: E731
+    meta = lambda v: v if v["code"] >= 300 else {  # noqa: E731
+        "code": v["code"], "metadata": v["body"]["metadata"]}
     pair.same("pods: graceful delete", "DELETE", f"{PODS.format(ns=ns)}/p", pick=meta)
     pair.same("pods: grace 0 removes it", "DELETE", f"{PODS.format(ns=ns)}/p",
               {"gracePeriodSeconds": 0}, pick=lambda v: v["code"])

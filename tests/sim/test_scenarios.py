@@ -4,6 +4,7 @@ kubelets with the fake nvidia-imex, RBAC from the shipped manifests enforced."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -36,7 +37,7 @@ from sim.cluster.example import NAMESPACE, builtin, workload_pod
 from sim.cluster.leftovers import process_leftovers
 from sim.cluster.node import clique_id
 from sim.controlplane import KUBERNETES
-from sim.controlplane.binaries import ENV_DIR, pinned_version
+from sim.controlplane.binaries import ENV_DIR, available, pinned_version
 
 SIM = Path(sys.executable).parent / "compute-domain-sim"
 
@@ -410,3 +411,58 @@ def test_up_serves_kubectl_until_interrupted(short_dir, tmp_path, control_plane,
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     assert process_leftovers(short_dir) == []
+
+
+def test_kubectl_logs_reach_the_nodes_kubelet(short_dir, tmp_path, kubectl_bin):
+    """`kubectl logs` of an IMEX daemon pod: kube-apiserver dials the node's kubelet API
+    (its certificate checked against the cluster CA, the apiserver's client certificate
+    presented) and streams what the container wrote; --tail and --limit-bytes as kubelet."""
+    if not available()[0]:
+        import pytest
+
+        pytest.skip(f"kubernetes control plane: {available()[1]}")
+
+    async def body(cluster: SimCluster) -> None:
+        objects = builtin(clique_id(1), 1, name="logs")
+        observed = await apply_until_ready(cluster, objects)
+        snap = await snapshot(cluster)
+        [daemon] = pods_of(snap, cluster.namespace, observed.uid)
+        name = daemon["metadata"]["name"]
+
+        def kubectl(*args: str, ns: str = cluster.namespace) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [str(kubectl_bin), "--kubeconfig", str(cluster.kubeconfigs["admin"]),
+                 "-n", ns, *args],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+
+        out = await asyncio.to_thread(kubectl, "logs", name)
+        assert out.returncode == 0, out.stderr
+        assert "IMEX daemon is ready" in out.stdout, out.stdout[-2000:]
+        tail = await asyncio.to_thread(kubectl, "logs", name, "--tail=1")
+        assert tail.returncode == 0 and tail.stdout.count("\n") == 1, tail
+        assert out.stdout.endswith(tail.stdout)
+        head = await asyncio.to_thread(kubectl, "logs", name, "--limit-bytes=7")
+        assert head.stdout == out.stdout[:7]
+        # -f streams: what was there first, then whatever the container writes next.
+        follow = subprocess.Popen(
+            [str(kubectl_bin), "--kubeconfig", str(cluster.kubeconfigs["admin"]),
+             "-n", cluster.namespace, "logs", "-f", name],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert follow.stdout is not None
+            first = await asyncio.to_thread(follow.stdout.readline)
+            assert first and out.stdout.startswith(first)
+            assert follow.poll() is None  # still following
+        finally:
+            follow.kill()
+            follow.wait()
+        wrong = await asyncio.to_thread(kubectl, "logs", name, "-c", "nosuch")
+        assert wrong.returncode != 0 and "nosuch" in wrong.stderr
+        # A workload container the sim does not execute has an empty log.
+        worker = await asyncio.to_thread(kubectl, "logs", "logs-worker-0", ns=NAMESPACE)
+        assert worker.returncode == 0 and worker.stdout == "", worker
+        await delete_until_clean(cluster, objects, [observed.uid])
+
+    run_scenario(short_dir, body, control_plane=KUBERNETES, nodes=1, cliques=1)

@@ -52,6 +52,9 @@ async def _pods(k8s: client.ApiClient, *, live_only: bool = True) -> list[dict[s
 def _setup(k8s: client.ApiClient, nodes: int = 3) -> client.CoreV1Api:
     core = client.CoreV1Api(k8s)
     core.create_namespace({"metadata": {"name": NS}})
+    # The daemon pods' ServiceAccount, as the manifests create it: admission refuses a pod
+    # whose account does not exist.
+    core.create_namespaced_service_account(NS, {"metadata": {"name": names.DAEMON_SERVICE_ACCOUNT}})
     for i in range(nodes):
         core.create_node({"metadata": {"name": f"node-{i}"}})
     return core
