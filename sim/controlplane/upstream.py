@@ -6,9 +6,8 @@ Configured as a normal cluster is (kubeadm's choices where a choice is needed):
   Node and RBAC authorizers, the default admission plugins plus NodeRestriction, the
   TokenRequest API (ServiceAccount tokens signed by a key of this cluster), the DRA APIs
   it serves by default, API priority and fairness, and an audit log (`audit`);
-- kube-controller-manager with every default controller, each under its own
-  ServiceAccount (DaemonSet, Job, ResourceClaim, garbage collector, namespace,
-  ServiceAccount, node lifecycle, ...);
+- kube-controller-manager with the controllers such a cluster uses (`CONTROLLERS`), each
+  under its own ServiceAccount;
 - kube-scheduler with its default profile, the DRA allocator included.
 
 Every certificate and key is made for this cluster (`pki`); every port is a free one, so
@@ -44,6 +43,30 @@ ISSUER: Final = "https://kubernetes.default.svc"
 START_TIMEOUT: Final = 90.0
 # kube-apiserver drains for up to a minute after SIGTERM; a test cluster need not wait.
 STOP_GRACE: Final = 3.0
+# The controllers of kube-controller-manager that a cluster running this driver uses:
+# workloads (DaemonSet, Deployment, ReplicaSet, Job), DRA (ResourceClaim, device taints),
+# the garbage collector, namespaces, ServiceAccounts and the root CA ConfigMap their
+# tokens' volumes name, node health (lifecycle, taint eviction, pod GC), finished Jobs and
+# aggregated ClusterRoles. Each starts under a ServiceAccount of its own, one after the
+# other; the volume, service, autoscaling and certificate controllers (unused here) would
+# add seconds to every start.
+CONTROLLERS: Final = (
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "daemonset-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "job-controller",
+    "ttl-after-finished-controller",
+    "resourceclaim-controller",
+    "device-taint-eviction-controller",
+    "node-lifecycle-controller",
+    "taint-eviction-controller",
+    "pod-garbage-collector-controller",
+    "clusterrole-aggregation-controller",
+)
 
 
 class KubernetesControlPlane:
@@ -282,7 +305,7 @@ class KubernetesControlPlane:
                 f"--bind-address={ADDRESS}",
                 f"--secure-port={port}",
                 "--leader-elect=false",
-                "--controllers=*",
+                f"--controllers={','.join(CONTROLLERS)}",
                 "--use-service-account-credentials=true",
                 f"--root-ca-file={pki.ca.cert}",
                 f"--service-account-private-key-file={pki.directory / 'sa.key'}",
@@ -349,13 +372,18 @@ class KubernetesControlPlane:
     # --- tear-down -------------------------------------------------------------------
 
     async def stop(self) -> None:
-        """Scheduler and controller manager first, then the API server, then etcd."""
-        order = ["kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
-        for group in (order[:2], order[2:3], order[3:]):
-            await asyncio.gather(
-                *(self._processes[n].stop(STOP_GRACE) for n in group if n in self._processes),
-                return_exceptions=True,
-            )
+        """Scheduler and controller manager first, then the API server (SIGKILL: its
+        graceful drain only delays a test cluster that is going away), then etcd."""
+        processes = self._processes
+        await asyncio.gather(
+            *(processes[n].stop(STOP_GRACE)
+              for n in ("kube-scheduler", "kube-controller-manager") if n in processes),
+            return_exceptions=True,
+        )  # fmt: skip
+        if "kube-apiserver" in processes:
+            await processes["kube-apiserver"].kill()
+        if "etcd" in processes:
+            await processes["etcd"].stop(STOP_GRACE)
 
 
 def _post_json(url: str, body: object) -> dict[str, Any]:

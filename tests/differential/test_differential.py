@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import re
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -210,8 +211,14 @@ def test_service_account_admission(pair: Pair) -> None:
         "containers": [{"name": "c", "image": "busybox:1.36"}], **spec}}
     pair.same("accounts: a pod of a missing account", "POST", PODS.format(ns=ns),
               pod("nobody", serviceAccountName="nobody"))
-    pair.same("accounts: default account exists", "GET",
-              f"/api/v1/namespaces/{ns}/serviceaccounts/default", pick=lambda v: v["code"])
+    # kube-controller-manager makes it a moment after the namespace (the emulator at once).
+    account = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
+    for server in pair.servers():
+        for _ in range(100):
+            if server.send("GET", account).code == 200:
+                break
+            time.sleep(0.1)
+    pair.same("accounts: default account exists", "GET", account, pick=lambda v: v["code"])
     pair.same("accounts: without automount", "POST", PODS.format(ns=ns),
               pod("plain", automountServiceAccountToken=False), pick=_pod_spec_and_status)
     volume = lambda v: v if v["code"] >= 300 else {  # noqa: E731
@@ -323,8 +330,6 @@ def test_watch_with_selectors(pair: Pair) -> None:
     threads = [threading.Thread(target=collect, args=(s, s.name)) for s in pair.servers()]
     for t in threads:
         t.start()
-    import time
-
     time.sleep(1.0)  # both watches are open (they run for 4 s)
     for name, labels in (("w1", {"w": "yes"}), ("w2", {"w": "no"})):
         body = cd(name)
