@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from api import names
-from api.kube import Informer, call, call_retrying, status_of
+from api.kube import Informer, call, call_retrying, error_text, status_of
 from cdi import CDIError
 from sim.cluster.containerview import ContainerView, container_view
 from sim.cluster.dra import ClaimRef, DraClient, DraError, PluginWatcher, PreparedClaim
@@ -470,7 +470,9 @@ class _PodWorker:
             return False
         containers = (pod.get("spec") or {}).get("containers") or ()
         if self.kubelet.server is not None and any(map(self.kubelet.executes, containers)):
-            token = await self.kubelet.service_account_token(pod)
+            token = await self._token(pod)
+            if self.ending():
+                return False
             if token is not None:
                 self.kubeconfig = self.kubelet.server.with_token(token).write_kubeconfig(
                     self.dir / "serviceaccount" / "kubeconfig", namespace=self.namespace
@@ -490,6 +492,25 @@ class _PodWorker:
                 process.start()
         self._dirty.set()
         return True
+
+    async def _token(self, pod: Obj) -> str | None:
+        """The pod's ServiceAccount token; until it can be had, a FailedMount Event and a
+        retry after kubelet's backoff, as for a projected volume that cannot be set up."""
+        attempt = 0
+        while True:
+            try:
+                return await self.kubelet.service_account_token(pod)
+            except Exception as err:
+                await self.kubelet.record_event(
+                    pod,
+                    "FailedMount",
+                    'MountVolume.SetUp failed for volume "kube-api-access": failed to fetch '
+                    f"token: {error_text(err)}",
+                )
+            delay = backoff(attempt, self.kubelet.backoff_base, self.kubelet.backoff_cap)
+            attempt += 1
+            if await self._sleep_unless_ending(delay):
+                return None
 
     async def _wait_claims(self) -> dict[str, Obj] | None:
         """Pod claim name -> its ResourceClaim, once every one is allocated and reserved.

@@ -147,6 +147,7 @@ def test_workload_pod_is_prepared_runs_and_is_removed_with_its_claim(k8s, cluste
             assert status["podIP"] == POD_IP
             assert {c["type"] for c in status["conditions"]} == {
                 "PodScheduled",
+                "PodReadyToStartContainers",
                 "Initialized",
                 "ContainersReady",
                 "Ready",
