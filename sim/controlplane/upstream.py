@@ -239,6 +239,7 @@ class KubernetesControlPlane:
         pki = self._pki
         serving = pki.apiserver_serving([ADDRESS])
         kubelet_client = pki.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client")
+        front_proxy = pki.client("front-proxy-client", "front-proxy-client")
         sa = pki.service_account_keys()
         policy = write_policy(self.root / "audit-policy.yaml")
         apiserver = self._process(
@@ -259,6 +260,15 @@ class KubernetesControlPlane:
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
                 "--allow-privileged=true",
+                # The aggregation layer's front proxy (kubeadm's flags): without them the
+                # components' delegated authentication complains of a missing CA bundle.
+                f"--requestheader-client-ca-file={pki.ca.cert}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={front_proxy.cert}",
+                f"--proxy-client-key-file={front_proxy.key}",
                 f"--kubelet-client-certificate={kubelet_client.cert}",
                 f"--kubelet-client-key={kubelet_client.key}",
                 f"--kubelet-certificate-authority={pki.ca.cert}",
