@@ -29,15 +29,18 @@ sys.path.insert(0, str(REPO))
 from results import write_section  # noqa: E402
 
 from sim.cluster.demo import DemoOptions, run_demo  # noqa: E402
-from sim.controlplane import CONTROL_PLANES, KUBERNETES  # noqa: E402
+from sim.controlplane import CONTROL_PLANES, EMULATOR, KUBERNETES  # noqa: E402
 from sim.controlplane.binaries import available  # noqa: E402
+from sim.controlplane.emulator import EmulatorControlPlane  # noqa: E402
 from sim.controlplane.upstream import KubernetesControlPlane  # noqa: E402
 
 
-async def plane_start(root: Path) -> tuple[float, float]:
-    """Seconds until the upstream control plane serves and its controllers act, and the
-    RSS (MiB) of its four processes then."""
-    plane = KubernetesControlPlane(root)
+async def plane_start(kind: str, root: Path) -> tuple[float, float]:
+    """Seconds until the control plane serves and its controllers act, and the RSS (MiB) of
+    its processes then (the emulator runs inside this process: no RSS of its own)."""
+    plane: EmulatorControlPlane | KubernetesControlPlane = (
+        KubernetesControlPlane(root) if kind == KUBERNETES else EmulatorControlPlane(root)
+    )
     t0 = time.monotonic()
     try:
         await plane.start()
@@ -72,18 +75,20 @@ async def main(rounds: int, nodes: int) -> None:
     if not built:
         raise SystemExit(f"bench_controlplanes needs `make k8s`: {why}")
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in CONTROL_PLANES}
-    plane: list[tuple[float, float]] = []
+    planes: dict[str, list[tuple[float, float]]] = {k: [] for k in CONTROL_PLANES}
     for _ in range(rounds):
         for kind in CONTROL_PLANES:
             runs[kind].append(await one_demo(kind, nodes))
-        with tempfile.TemporaryDirectory(prefix="cd-bench-cp-", dir="/tmp") as root:
-            plane.append(await plane_start(Path(root)))
+            with tempfile.TemporaryDirectory(prefix="cd-bench-cp-", dir="/tmp") as root:
+                planes[kind].append(await plane_start(kind, Path(root)))
     rows = [
+        ("emulator control plane start (API emulator and the sim's scheduler and "
+         "controllers, in this process)", _median([p[0] for p in planes[EMULATOR]])),
         ("upstream control plane start (etcd, kube-apiserver, kube-controller-manager, "
          "kube-scheduler; until the default ServiceAccount exists)",
-         _median([p[0] for p in plane])),
+         _median([p[0] for p in planes[KUBERNETES]])),
         ("upstream control plane RSS at start (4 processes)",
-         f"{statistics.median([p[1] for p in plane]):.0f} MiB"),
+         f"{statistics.median([p[1] for p in planes[KUBERNETES]]):.0f} MiB"),
     ]  # fmt: skip
     for kind in CONTROL_PLANES:
         label = "kubernetes v1.37" if kind == KUBERNETES else "emulator"
