@@ -7,12 +7,12 @@ these texts with a real server's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
 from sim.apiserver.errors import Cause
-from sim.apiserver.go_format import GoRepr, go_float, go_json, go_quote
+from sim.apiserver.go_format import go_json, go_quote, go_repr
 
 REQUIRED: Final = "FieldValueRequired"
 INVALID: Final = "FieldValueInvalid"
@@ -48,17 +48,9 @@ _OMIT: Final = OMIT
 def _value_text(value: Any) -> str:
     """The bad value as `ErrorBody()` prints it (apimachinery v0.37): numbers and booleans
     with %v, strings with %q, anything else (nil, maps, slices) as its JSON encoding."""
-    if isinstance(value, GoRepr):
-        return str(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return go_float(value)
-    if isinstance(value, str):
-        return go_quote(value)
-    return go_json(value)
+    if value is None or isinstance(value, Mapping | list | tuple):
+        return go_json(value)
+    return go_repr(value)  # the simple printers agree with %#v on scalars
 
 
 def field_error(path: str, reason: str, value: Any = _OMIT, detail: str = "") -> Cause:

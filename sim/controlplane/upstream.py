@@ -24,7 +24,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -300,47 +300,33 @@ class KubernetesControlPlane:
 
     async def _start_controller_manager(self) -> None:
         pki = self._pki
-        kubeconfig = self._component_kubeconfig(
+        await self._start_component(
             "kube-controller-manager",
             pki.client("controller-manager", "system:kube-controller-manager"),
-        )
-        port = free_port(ADDRESS)
-        manager = self._process(
-            "kube-controller-manager",
             [
-                self.components.path("kube-controller-manager"),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                f"--bind-address={ADDRESS}",
-                f"--secure-port={port}",
-                "--leader-elect=false",
                 f"--controllers={','.join(CONTROLLERS)}",
                 "--use-service-account-credentials=true",
                 f"--root-ca-file={pki.ca.cert}",
                 f"--service-account-private-key-file={pki.directory / 'sa.key'}",
                 f"--cluster-signing-cert-file={pki.ca.cert}",
                 f"--cluster-signing-key-file={pki.ca.key}",
-                "--profiling=false",
-                f"--v={self.verbosity}",
             ],
-        )
-        await manager.start()
-        await self._wait(
-            "kube-controller-manager",
-            lambda: _get(f"https://{ADDRESS}:{port}/healthz", insecure=True) == "ok",
-            manager,
         )
 
     async def _start_scheduler(self) -> None:
-        kubeconfig = self._component_kubeconfig(
-            "kube-scheduler", self._pki.client("scheduler", "system:kube-scheduler")
+        await self._start_component(
+            "kube-scheduler", self._pki.client("scheduler", "system:kube-scheduler"), []
         )
+
+    async def _start_component(self, name: str, user: KeyPair, flags: Sequence[str]) -> None:
+        """A control-plane component with its own client certificate, serving its health
+        endpoint on a free port, without leader election; waits until it is healthy."""
+        kubeconfig = self._component_kubeconfig(name, user)
         port = free_port(ADDRESS)
-        scheduler = self._process(
-            "kube-scheduler",
+        process = self._process(
+            name,
             [
-                self.components.path("kube-scheduler"),
+                self.components.path(name),
                 f"--kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
@@ -349,23 +335,23 @@ class KubernetesControlPlane:
                 "--leader-elect=false",
                 "--profiling=false",
                 f"--v={self.verbosity}",
+                *flags,
             ],
         )
-        await scheduler.start()
+        await process.start()
         await self._wait(
-            "kube-scheduler",
-            lambda: _get(f"https://{ADDRESS}:{port}/healthz", insecure=True) == "ok",
-            scheduler,
+            name, lambda: _get(f"https://{ADDRESS}:{port}/healthz", insecure=True) == "ok", process
         )
 
     def _default_account_exists(self) -> bool:
         body = _get(f"{self.url}/api/v1/namespaces/default/serviceaccounts/default", self.admin)
         return body is not None
 
-    async def _wait(self, what: str, ready: object, process: ManagedProcess | None = None) -> None:
+    async def _wait(
+        self, what: str, ready: Callable[[], bool], process: ManagedProcess | None = None
+    ) -> None:
         """Poll `ready` (a blocking callable) until true; a clear error if the process exits
         or the deadline passes, with the end of its log."""
-        assert callable(ready)
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             if await asyncio.to_thread(ready):
