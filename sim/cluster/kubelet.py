@@ -1,12 +1,19 @@
-"""The pod half of a simulated kubelet: claims prepared, containers "run", status reported.
+"""A simulated kubelet: claims prepared, containers "run", status reported.
 
-The API emulator only stores pods; nothing would ever make one Running, prepare its
-claims through the driver, or start the driver's own daemon pods. `SimKubelet` does one
-node's part of that against the emulator through the real `kubernetes` client and against
-the real agent through `dra.py` (the same gRPC contract as kubelet):
+An API server only stores pods; nothing would ever make one Running, prepare its claims
+through the driver, or start the driver's own daemon pods. `SimKubelet` does one node's
+part of that, against either control plane through the real `kubernetes` client (with the
+node's own credentials, so Node authorization applies on kube-apiserver) and against the
+real agent through `dra.py` (the same gRPC contract as kubelet):
 
-- every pod bound to the node gets its ResourceClaims prepared once they are allocated
-  and reserved for it, with kubelet's retry and `FailedPrepareDynamicResources` Events;
+- the Node is registered and its Lease renewed (`nodestatus`), and the kubelet API that
+  kube-apiserver calls for `kubectl logs` is served (`kubeletapi`), when given a NodeSpec
+  and TLS;
+- every pod bound to the node gets its ResourceClaims (read by name, as kubelet does)
+  prepared once they are allocated and reserved for it, with kubelet's retry and
+  `FailedPrepareDynamicResources` Events;
+- an executed container gets a kubeconfig with a token of its pod's ServiceAccount bound
+  to the pod (TokenRequest), as kubelet projects one into `kube-api-access`;
 - each container's CDI view is written to `<pods_dir>/<namespace>_<pod>/<container>.json`,
   which is what tests and users inspect instead of a real container;
 - containers whose command starts with one of `run_commands_starting_with` (the driver's
@@ -729,10 +736,11 @@ class _PodWorker:
 
 
 class SimKubelet:
-    """One node's kubelet: pod lifecycle plus DRA, against the emulator and the real agent.
+    """One node's kubelet: pod lifecycle plus DRA, against the API server and the real agent.
 
-    `start()` begins watching (pods bound to `node_name` and all ResourceClaims) and the
-    plugin registration directory; every pod gets its own worker task. `stop()` stops
+    `await register()` registers the Node and serves the kubelet API (given `node` and
+    `tls`); `start()` begins watching (pods bound to `node_name`) and the plugin
+    registration directory; every pod gets its own worker task. `stop()` stops
     watching and kills the processes it started, without unpreparing anything (as if the
     kubelet and its containers died together), so tests leave nothing running.
 
