@@ -1,24 +1,87 @@
-"""Crash-safe file replacement, because a runtime may read a spec while we rewrite it.
+"""Crash-safe file replacement, because a runtime may read a spec while we rewrite it, and
+symlink-safe file access, because some of the directories root writes in are writable by
+pods (a domain directory is every daemon pod's `/imexd`).
 
 Readers see either the old file or the new one, never a torn write, and once a call
-returns the change survives a power cut.
+returns the change survives a power cut. Every operation works relative to a descriptor of
+the parent directory opened without following a symlink, never follows a symlink in the
+file's own name, and creates temporary files exclusively under unpredictable names, so a
+link planted in the directory can neither redirect a write or a chmod nor leak what it
+points to through a read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import tempfile
+import secrets
+import stat
+from collections.abc import Iterator
 from pathlib import Path
+
+_NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_TEMP_ATTEMPTS = 16
+
+
+class NotRegularFileError(OSError):
+    """The name is a symlink, a FIFO, a device or a directory, where a file was expected."""
+
+
+@contextlib.contextmanager
+def directory_fd(directory: Path) -> Iterator[int]:
+    """A descriptor of `directory`; ELOOP/ENOTDIR if its last component is a symlink."""
+    fd = os.open(directory, _NOFOLLOW_DIR)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_file(path: Path, limit: int = 16 * 1024 * 1024) -> bytes:
+    """The bytes of the regular file `path` (at most `limit`).
+
+    FileNotFoundError if it is missing; NotRegularFileError if it is a symlink or anything
+    but a regular file (a FIFO would block the reader, a device would be read as root)."""
+    with directory_fd(path.parent) as dfd:
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dfd)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise NotRegularFileError(errno.ELOOP, "is a symlink", str(path)) from None
+            raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(errno.EINVAL, "not a regular file", str(path))
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def fsync_directory(directory: Path) -> None:
     """Persist the directory entry changes (create, rename, unlink) made in `directory`."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+    with directory_fd(directory) as fd:
         os.fsync(fd)
-    finally:
-        os.close(fd)
+
+
+def _create_temp(dfd: int, name: str) -> tuple[int, str]:
+    """A new file `.<name>.<random>.tmp` (O_EXCL: a planted link makes it fail, not follow)."""
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = f".{name}.{secrets.token_urlsafe(6)}.tmp"  # as long as mkstemp's names
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return os.open(tmp, flags, 0o600, dir_fd=dfd), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", name)
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -26,26 +89,26 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
 
     The temporary file is dot-prefixed in the same directory, so directory scanners
     that skip hidden files never see it and the final rename cannot cross filesystems.
-    It is removed if anything fails, leaving the previous file untouched.
+    It is removed if anything fails, leaving the previous file untouched. A symlink at
+    `path` is replaced by the file, never written through.
     """
-    directory = path.parent
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            # chmod before fsync so the mode is as durable as the content; fchmod
-            # also ignores the umask, unlike a mode passed at creation.
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        tmp.replace(path)
-    except BaseException:
-        # Never let a failed cleanup hide the error that stopped the write.
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_directory(directory)
+    with directory_fd(path.parent) as dfd:
+        fd, tmp = _create_temp(dfd, path.name)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                # chmod before fsync so the mode is as durable as the content; fchmod
+                # also ignores the umask, unlike a mode passed at creation.
+                os.fchmod(handle.fileno(), mode)
+                os.fsync(handle.fileno())
+            os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            # Never let a failed cleanup hide the error that stopped the write.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        os.fsync(dfd)
 
 
 def remove_durably(path: Path) -> bool:
@@ -55,10 +118,11 @@ def remove_durably(path: Path) -> bool:
     second attempt must succeed.
     """
     try:
-        path.unlink()
-    except FileNotFoundError:
+        with directory_fd(path.parent) as dfd:
+            os.unlink(path.name, dir_fd=dfd)
+            os.fsync(dfd)
+    except FileNotFoundError:  # the file, or its directory, is not there
         return False
-    fsync_directory(path.parent)
     return True
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Final
 
 from api import names
-from cdi.atomic import atomic_write
+from cdi.atomic import NotRegularFileError, atomic_write, read_file
 
 FILE_MODE: Final = 0o644
+TEMPLATE_LIMIT: Final = 1 << 20  # the shipped template is a few KiB
 
 # TEST-NET-1 (RFC 5737): never routable, so IMEX's connect to an unused slot fails fast
 # locally and the name never falls through to cluster DNS. The fake IMEX treats
@@ -70,12 +71,18 @@ def write_config(imexd_dir: Path, ip: str) -> Path:
     """Render `<imexd_dir>/imexd.cfg.tmpl` into `<imexd_dir>/imexd.cfg` (0644); return its path."""
     template_path = imexd_dir / names.IMEXD_CONFIG_TEMPLATE
     try:
-        template = template_path.read_text()
+        template = read_file(template_path, TEMPLATE_LIMIT).decode()
     except FileNotFoundError:
         raise TemplateError(
             f"IMEX config template {template_path} is missing: the kubelet plugin copies it "
             "there when it prepares the daemon claim; check the claim was prepared and "
             f"{names.IMEXD_DIR} is mounted"
+        ) from None
+    except (NotRegularFileError, UnicodeDecodeError) as err:
+        raise TemplateError(
+            f"IMEX config template {template_path} is not the plain file the kubelet plugin "
+            f"writes ({err}); it is not read: the next prepare of a daemon claim on this node "
+            "puts the right one back"
         ) from None
     text = render_config(
         template,
@@ -181,7 +188,7 @@ def write_hosts(path: Path, text: str) -> bool:
     """
     data = text.encode()
     try:
-        if path.read_bytes() == data:
+        if read_file(path) == data:
             return False
     except FileNotFoundError:
         pass
@@ -195,7 +202,7 @@ def write_hosts(path: Path, text: str) -> bool:
 
 
 def _write_in_place(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
     try:
         view = memoryview(data)
         while view:

@@ -49,6 +49,7 @@ from agent.daemon.process import ImexLauncher, ImexProcess
 from agent.daemon.readiness import CtlRunner, ReadinessPoller, is_ready, query_state
 from api import names
 from api.kube import call_retrying
+from cdi.atomic import NotRegularFileError, read_file
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +332,9 @@ def _usable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _read(path: Path) -> str:
+    """A file the daemon owns, as text; "" if it is missing or not a plain file (a link in
+    the pod-writable directory is then replaced by the next write, never read through)."""
     try:
-        return path.read_text()
-    except FileNotFoundError:
+        return read_file(path).decode(errors="replace")
+    except (FileNotFoundError, NotRegularFileError):
         return ""

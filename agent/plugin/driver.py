@@ -41,7 +41,7 @@ from agent.plugin.nodelock import NodeLock
 from api import names
 from api.events import EventRecorder
 from api.opaque import ComputeDomainChannelConfig
-from cdi.atomic import make_dirs
+from cdi.atomic import NotRegularFileError, atomic_write, make_dirs, read_file
 
 log = logging.getLogger(__name__)
 
@@ -430,14 +430,17 @@ class Driver:
                              else names.DEVICE_TYPE_DAEMON, domain_id=cd_uid, devices=devices)
 
     def _ensure_domain_dir(self, cd_uid: str) -> None:
+        """The domain directory and its IMEX config template. The directory is every daemon
+        pod's read-write `/imexd`: a link planted there is replaced, never followed."""
         directory = self._s.domains_dir / cd_uid
         make_dirs(directory, 0o755)
         template = directory / names.IMEXD_CONFIG_TEMPLATE
-        if not template.exists() or template.read_bytes() != self._s.imexd_template:
-            tmp = directory / f".{names.IMEXD_CONFIG_TEMPLATE}.tmp"
-            tmp.write_bytes(self._s.imexd_template)
-            tmp.chmod(0o644)
-            tmp.replace(template)
+        try:
+            current: bytes | None = read_file(template)
+        except (FileNotFoundError, NotRegularFileError):
+            current = None
+        if current != self._s.imexd_template:
+            atomic_write(template, self._s.imexd_template, 0o644)
 
     # --- unprepare -------------------------------------------------------------------------
 

@@ -99,7 +99,7 @@ def test_crash_before_rename_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
     store.write(Checkpoint(boot_id=BOOT))
     seen = []
 
-    def crash(src, dst):
+    def crash(src, dst, **_dir_fds):
         seen.append(Path(src).name)
         raise OSError(5, "simulated crash")
 

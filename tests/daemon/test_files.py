@@ -25,6 +25,7 @@ from agent.daemon.files import (
     write_hosts,
     write_nodes_config,
 )
+from api import names
 from api.names import dns_name
 
 UID = "3f2a9c1e-8d4b-4e7a-9c2d-1b5e6f7a8b9c"
@@ -231,7 +232,7 @@ def test_write_hosts_bind_mount_fallback(
     path.write_text(KUBELET_HOSTS)
     inode = path.stat().st_ino
 
-    def refuse(self: Path, target: Path) -> Path:
+    def refuse(*_args: object, **_kwargs: object) -> Path:
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(Path, "replace", refuse)
@@ -246,10 +247,10 @@ def test_write_hosts_bind_mount_fallback(
 def test_write_hosts_other_errors_propagate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(self: Path, target: Path) -> Path:
+    def refuse(*_args: object, **_kwargs: object) -> Path:
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(Path, "replace", refuse)
+    monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(OSError, match="I/O error"):
         write_hosts(tmp_path / "hosts", "x\n")
 
@@ -264,3 +265,16 @@ def test_peer_helpers() -> None:
     assert not own_index_changed(old, {0: "10.0.0.5"}, "10.0.0.5")
     assert own_index_changed(old, {1: "10.0.0.5"}, "10.0.0.5")
     assert own_index_changed({}, {0: "10.0.0.5"}, "10.0.0.5")
+
+
+def test_a_linked_template_is_not_read(tmp_path: Path) -> None:
+    """`imexd.cfg.tmpl -> <host file>` planted in the pod-writable domain directory: the
+    daemon refuses to render it (its content never reaches the IMEX config or the log)."""
+    secret = tmp_path / "checkpoint.json"
+    secret.write_text('{"claims": "secret"}')
+    imexd = tmp_path / "imexd"
+    imexd.mkdir()
+    (imexd / names.IMEXD_CONFIG_TEMPLATE).symlink_to(secret)
+    with pytest.raises(TemplateError, match="is not the plain file"):
+        write_config(imexd, "10.0.0.5")
+    assert not (imexd / names.IMEXD_CONFIG).exists()

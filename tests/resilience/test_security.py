@@ -274,3 +274,47 @@ def test_a_missing_resourceslice_create_is_named_in_the_log(secured, short_dir, 
         assert "HTTP response headers" not in log and "Traceback" not in log, log[-3000:]
     finally:
         assert agent.terminate() == 0
+
+
+# --- (d) links planted in a pod-writable directory ------------------------------------------
+
+
+def test_links_planted_in_a_domain_directory_are_replaced_not_followed(
+    apiserver, cluster, short_dir, tmp_path
+):
+    """The domain directory is every daemon pod's read-write `/imexd`. A pod that plants
+    `.imexd.cfg.tmpl.tmp -> <victim>` or `imexd.cfg.tmpl -> <checkpoint>` there can make the
+    agent (root on the host) neither write or chmod the victim nor hand the checkpoint to
+    the IMEX daemon: the next daemon Prepare replaces the links with the plain template."""
+    node = NodeEnv(short_dir / "n")
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kc")
+    cd_uid = cluster.compute_domain("cd1")["metadata"]["uid"]
+    agent = AgentProcess(node, kubeconfig)
+    try:
+        kubelet = Kubelet(node)
+        first = cluster.daemon_claim("daemon", cd_uid)
+        assert kubelet.prepare([first]).claims[first["metadata"]["uid"]].error == ""
+        domain = node.plugin_dir / names.DOMAINS_DIR / cd_uid
+        template = domain / names.IMEXD_CONFIG_TEMPLATE
+        shipped = template.read_bytes()
+        victim = short_dir / "victim"
+        victim.write_bytes(b"secret\n")
+        victim.chmod(0o600)
+        checkpoint = node.plugin_dir / names.CHECKPOINT_FILE
+        saved = checkpoint.read_bytes()
+        (domain / f".{names.IMEXD_CONFIG_TEMPLATE}.tmp").symlink_to(victim)
+        template.unlink()
+        template.symlink_to(Path("..") / ".." / names.CHECKPOINT_FILE)
+        # The daemon pod is replaced: its claim goes, the new pod's claim is prepared.
+        assert kubelet.unprepare([first]).claims[first["metadata"]["uid"]].error == ""
+        again = cluster.daemon_claim("daemon-2", cd_uid)
+        assert kubelet.prepare([again]).claims[again["metadata"]["uid"]].error == ""
+        assert victim.read_bytes() == b"secret\n" and _mode(victim) == 0o600
+        assert not template.is_symlink() and template.read_bytes() == shipped
+        assert _mode(template) == 0o644
+        # The checkpoint holds the two claims now, and nothing was written through a link.
+        assert checkpoint.read_bytes() != saved and not checkpoint.is_symlink()
+        left = sorted(p.name for p in domain.iterdir())
+        assert left == [f".{names.IMEXD_CONFIG_TEMPLATE}.tmp", names.IMEXD_CONFIG_TEMPLATE]
+    finally:
+        agent.kill()
