@@ -68,6 +68,9 @@ class ClusterView:
     async def claim_status(self, ref: ClaimRef) -> dict[str, Any]:
         return await self.node.claim_status(ref)
 
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self.node.read_pod(namespace, name)
+
     async def add_cd_label(self, cd_uid: str) -> None:
         await self.node.add_cd_label(cd_uid)
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from agent.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, PreparedDevice, PreparedGroup
 from agent.plugin.claimconfig import Group, groups_for, parse_device
 from agent.plugin.claimevents import ChannelOutcome, ClaimEvents, wait_reason
+from agent.plugin.daemonclaim import check_daemon_claim
 from agent.plugin.errors import (
     STILL_RETRYING,
     STILL_WAITING,
@@ -57,6 +58,7 @@ class Cluster(Protocol):
     async def claim_status(self, ref: ClaimRef) -> dict[str, Any]: ...
     async def add_cd_label(self, cd_uid: str) -> None: ...
     async def remove_cd_label(self, cd_uid: str) -> None: ...
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
     def compute_domain(self, uid: str) -> dict[str, Any] | None: ...
     def node_ready(self, cd_uid: str, clique_id: str) -> bool: ...
     def daemon_entry(self, cd_uid: str, clique_id: str) -> str: ...
@@ -294,6 +296,10 @@ class Driver:
         for group in groups:
             self._check_ownership(ref.uid, group)
             self._check_domain(ref, group)
+            if not group.is_channel:
+                await check_daemon_claim(
+                    ref, claim, group.config.domain_id, driver_namespace=self._s.namespace,
+                    node=self._s.node_name, read_pod=self._cluster.read_pod)
         self.checkpoint.claims[ref.uid] = ClaimEntry(
             state=STARTED, status=status, prepared=None, name=ref.name,
             namespace=ref.namespace, aborted_at=None)

@@ -41,6 +41,12 @@ class NodeOps:
 
     # --- claims ------------------------------------------------------------------------
 
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """A pod as JSON (the daemon claim check reads its owner, node and labels)."""
+        resp = await call(self._core.read_namespaced_pod, name, namespace,
+                          _request_timeout=20, _preload_content=False)
+        return dict(orjson.loads(resp.data))
+
     async def _read_claim(self, ref: ClaimRef) -> dict[str, Any]:
         """The claim's JSON exactly as the API server sent it (the checkpoint stores its
         status verbatim, so a node can switch back to the reference driver)."""

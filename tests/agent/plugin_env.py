@@ -285,12 +285,64 @@ class ClusterObjects:
             name, namespace, NODE, device=device, request="channel", parameters=params
         )
 
-    def daemon_claim(self, name: str, cd_uid: str) -> dict[str, Any]:
-        """An IMEX daemon's claim (driver namespace) on node `NODE` for `cd_uid`."""
+    def daemon_claim(self, name: str, cd_uid: str, *, reserved: bool = True) -> dict[str, Any]:
+        """An IMEX daemon's claim (driver namespace) on node `NODE` for `cd_uid`, reserved
+        for a daemon pod of the domain's DaemonSet there, as the scheduler leaves it
+        (`reserved=False`: the caller makes and reserves the pod)."""
         params = daemon_params(cd_uid)
-        return self.claim(
+        claim = self.claim(
             name, DRIVER_NS, NODE, device="daemon-0", request="daemon", parameters=params
         )
+        if not reserved:
+            return claim
+        return self.reserve(claim, self.daemon_pod(f"{name}-pod", cd_uid))
+
+    def daemon_set(self, cd_uid: str) -> dict[str, Any]:
+        """The domain's IMEX daemon DaemonSet (created once), as the controller makes it."""
+        ds_name = names.daemon_object_name(cd_uid)
+        apps = client.AppsV1Api(self.api)
+        try:
+            return self.api.sanitize_for_serialization(
+                apps.read_namespaced_daemon_set(ds_name, DRIVER_NS))
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+        labels = {names.LABEL_COMPUTE_DOMAIN: cd_uid}
+        body = {
+            "metadata": {"name": ds_name, "labels": labels},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": {
+                    "containers": [{"name": "imex", "image": "example/imex:1"}]}},
+            },
+        }
+        return self.api.sanitize_for_serialization(
+            apps.create_namespaced_daemon_set(DRIVER_NS, body))
+
+    def daemon_pod(self, name: str, cd_uid: str, *, node: str = NODE,
+                   owner: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A daemon pod bound to `node`, controlled by the domain's DaemonSet (or `owner`)."""
+        ds = self.daemon_set(cd_uid)
+        ref = owner or {"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": True,
+                        "name": ds["metadata"]["name"], "uid": ds["metadata"]["uid"]}
+        body = {
+            "metadata": {"name": name, "labels": {names.LABEL_COMPUTE_DOMAIN: cd_uid},
+                         "ownerReferences": [ref]},
+            "spec": {"nodeName": node, "containers": [{"name": "imex", "image": "x"}]},
+        }
+        return self.api.sanitize_for_serialization(
+            self.core.create_namespaced_pod(DRIVER_NS, body))
+
+    def reserve(self, claim: dict[str, Any], *pods: dict[str, Any]) -> dict[str, Any]:
+        """The claim reserved for `pods` (what the scheduler writes before binding)."""
+        md = claim["metadata"]
+        claim["status"]["reservedFor"] = [
+            {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
+            for p in pods
+        ]
+        updated = self.resource.replace_namespaced_resource_claim_status(
+            md["name"], md["namespace"], claim)
+        return self.api.sanitize_for_serialization(updated)
 
     def set_clique_daemon(
         self, cd_uid: str, clique_id: str, node: str, status: str, index: int = 0

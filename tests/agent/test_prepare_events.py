@@ -169,7 +169,7 @@ def test_a_retryable_error_still_failing_at_the_end_is_a_prepare_failed_event(
 
 def test_daemon_claims_get_no_channel_events(agent, cluster, node):
     uid = cluster.compute_domain("cd1")["metadata"]["uid"]
-    daemon = reserve(cluster, cluster.daemon_claim("daemon", uid), pod(cluster, "d", DRIVER_NS))
+    daemon = cluster.daemon_claim("daemon", uid)  # reserved for the domain's daemon pod
     assert Kubelet(node).prepare([daemon]).claims[daemon["metadata"]["uid"]].error == ""
     flush(agent)
     assert events(cluster, DRIVER_NS) == []

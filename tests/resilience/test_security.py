@@ -318,3 +318,52 @@ def test_links_planted_in_a_domain_directory_are_replaced_not_followed(
         assert left == [f".{names.IMEXD_CONFIG_TEMPLATE}.tmp", names.IMEXD_CONFIG_TEMPLATE]
     finally:
         agent.kill()
+
+
+# --- (e) daemon claims bound to their domain's daemon pod ------------------------------------
+
+
+def test_daemon_claims_of_another_namespace_domain_pod_or_node_are_refused(
+    apiserver, cluster, short_dir, tmp_path
+):
+    """A daemon claim grants `/imexd` read-write, the fabric management device and the
+    domain's identity: only the domain's own DaemonSet pod on this node gets it. A team-b
+    claim naming team-a's domain, a claim held by another domain's daemon pod, one held by
+    a pod on another node or by a pod nobody controls are refused, each saying why, with
+    nothing written; the legitimate claim still gets the node's daemon-0 afterwards."""
+    node = NodeEnv(short_dir / "n")
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kc")
+    team_a = cluster.compute_domain("team-a")["metadata"]["uid"]
+    other = cluster.compute_domain("other")["metadata"]["uid"]
+    cluster.namespace("team-b")
+    foreign = cluster.claim("stolen", "team-b", NODE, device="daemon-0", request="daemon",
+                            parameters={"apiVersion": names.API_VERSION,
+                                        "kind": names.KIND_DAEMON_CONFIG, "domainID": team_a})
+    wrong_domain = cluster.reserve(cluster.daemon_claim("wrong-domain", team_a, reserved=False),
+                                   cluster.daemon_pod("other-daemon", other))
+    elsewhere = cluster.reserve(cluster.daemon_claim("elsewhere", team_a, reserved=False),
+                                cluster.daemon_pod("far-daemon", team_a, node="node-9"))
+    orphan = cluster.reserve(cluster.daemon_claim("orphan", team_a, reserved=False),
+                             cluster.daemon_pod("orphan-daemon", team_a, owner={
+                                 "apiVersion": "v1", "kind": "ReplicationController",
+                                 "name": "x", "uid": "00000000-0000-0000-0000-000000000001",
+                                 "controller": True}))
+    agent = AgentProcess(node, kubeconfig)
+    try:
+        kubelet = Kubelet(node)
+        state = [node.plugin_dir, node.root / "cdi"]
+        before = [_tree(d) for d in state]
+        bad = [foreign, wrong_domain, elsewhere, orphan]
+        errors = {uid: c.error for uid, c in kubelet.prepare(bad).claims.items()}
+        why = {c["metadata"]["name"]: errors[c["metadata"]["uid"]] for c in bad}
+        assert "only in the driver namespace" in why["stolen"], why
+        assert "controlled by DaemonSet" in why["wrong-domain"] or \
+            "labeled for ComputeDomain" in why["wrong-domain"], why
+        assert "runs on node 'node-9'" in why["elsewhere"], why
+        assert "controlled by ReplicationController x" in why["orphan"], why
+        assert all(w.startswith("permanent") or "refusing" in w for w in why.values()), why
+        assert [_tree(d) for d in state] == before  # no domain dir, CDI spec or checkpoint entry
+        good = cluster.daemon_claim("daemon", team_a)
+        assert kubelet.prepare([good]).claims[good["metadata"]["uid"]].error == ""
+    finally:
+        agent.kill()

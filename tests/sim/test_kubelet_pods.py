@@ -17,8 +17,6 @@ from sim.cluster.kubelet import SimKubelet
 POD_IP = "127.0.1.5"
 
 
-
-
 @pytest.fixture
 def start_node(apiserver, cluster, short_dir, tmp_path) -> Iterator[Callable[..., NodeEnv]]:
     """Starts a node with the real agent (given extra flags) running in a thread."""
@@ -55,9 +53,25 @@ def make_kubelet(k8s: client.ApiClient, env: NodeEnv, **kwargs: Any) -> SimKubel
     )
 
 
-def pod_body(name: str, container: dict[str, Any], grace: int = 30) -> dict[str, Any]:
+def pod_body(
+    name: str, container: dict[str, Any], grace: int = 30, *, daemon_set: dict[str, Any]
+) -> dict[str, Any]:
+    """A pod of the domain's IMEX daemon DaemonSet (the agent prepares daemon claims for
+    those only) using the claim `daemon`."""
+    ds = daemon_set["metadata"]
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": ds["name"],
+        "uid": ds["uid"],
+        "controller": True,
+    }
     return {
-        "metadata": {"name": name},
+        "metadata": {
+            "name": name,
+            "labels": dict(ds.get("labels") or {}),
+            "ownerReferences": [owner],
+        },
         "spec": {
             "nodeName": NODE,
             "terminationGracePeriodSeconds": grace,
@@ -120,7 +134,7 @@ def condition(pod: dict[str, Any] | None, kind: str) -> str | None:
 
 def test_workload_pod_is_prepared_runs_and_is_removed_with_its_claim(k8s, cluster, node):
     cd_uid = cluster.compute_domain("cd1")["metadata"]["uid"]
-    claim = cluster.daemon_claim("daemon", cd_uid)
+    claim = cluster.daemon_claim("daemon", cd_uid, reserved=False)
     core = client.CoreV1Api(k8s)
     read = read_pod(k8s, "work")
 
@@ -129,7 +143,9 @@ def test_workload_pod_is_prepared_runs_and_is_removed_with_its_claim(k8s, cluste
         kubelet.start()
         try:
             pod = await asyncio.to_thread(
-                core.create_namespaced_pod, DRIVER_NS, pod_body("work", {})
+                core.create_namespaced_pod,
+                DRIVER_NS,
+                pod_body("work", {}, daemon_set=cluster.daemon_set(cd_uid)),
             )
             # Not reserved yet: kubelet must not prepare it.
             await asyncio.sleep(0.5)
@@ -180,7 +196,8 @@ def test_workload_pod_is_prepared_runs_and_is_removed_with_its_claim(k8s, cluste
 def test_prepare_failure_is_reported_and_retried(k8s, cluster, start_node):
     """A claim whose ComputeDomain does not exist fails preparation: Events, retries."""
     node = start_node("--prepare-timeout", "1s")
-    claim = cluster.daemon_claim("daemon", "00000000-0000-0000-0000-000000000000")
+    cd_uid = "00000000-0000-0000-0000-000000000000"
+    claim = cluster.daemon_claim("daemon", cd_uid, reserved=False)
     core = client.CoreV1Api(k8s)
 
     async def main() -> None:
@@ -188,7 +205,9 @@ def test_prepare_failure_is_reported_and_retried(k8s, cluster, start_node):
         kubelet.start()
         try:
             pod = await asyncio.to_thread(
-                core.create_namespaced_pod, DRIVER_NS, pod_body("work", {})
+                core.create_namespaced_pod,
+                DRIVER_NS,
+                pod_body("work", {}, daemon_set=cluster.daemon_set(cd_uid)),
             )
             await reserve(k8s, claim, pod)
 
@@ -225,7 +244,7 @@ while true; do sleep 0.05; done
 
 def test_daemon_container_runs_with_env_probes_restarts_and_stops(k8s, cluster, node, tmp_path):
     cd_uid = cluster.compute_domain("cd1")["metadata"]["uid"]
-    claim = cluster.daemon_claim("daemon", cd_uid)
+    claim = cluster.daemon_claim("daemon", cd_uid, reserved=False)
     core = client.CoreV1Api(k8s)
     read = read_pod(k8s, "daemon")
     bin_dir, out = tmp_path / "bin", tmp_path / "out"
@@ -265,7 +284,9 @@ def test_daemon_container_runs_with_env_probes_restarts_and_stops(k8s, cluster, 
         kubelet.start()
         try:
             pod = await asyncio.to_thread(
-                core.create_namespaced_pod, DRIVER_NS, pod_body("daemon", container, grace=2)
+                core.create_namespaced_pod,
+                DRIVER_NS,
+                pod_body("daemon", container, grace=2, daemon_set=cluster.daemon_set(cd_uid)),
             )
             await reserve(k8s, claim, pod)
             await eventually(lambda: _exists(out / "env"))
@@ -333,7 +354,7 @@ async def _lines(path: Path, n: int) -> bool:
 
 def test_daemon_that_exits_is_restarted_and_the_pod_stays_running(k8s, cluster, node, tmp_path):
     cd_uid = cluster.compute_domain("cd1")["metadata"]["uid"]
-    claim = cluster.daemon_claim("daemon", cd_uid)
+    claim = cluster.daemon_claim("daemon", cd_uid, reserved=False)
     core = client.CoreV1Api(k8s)
     read = read_pod(k8s, "daemon")
     bin_dir, out = tmp_path / "bin", tmp_path / "out"
@@ -351,7 +372,9 @@ def test_daemon_that_exits_is_restarted_and_the_pod_stays_running(k8s, cluster, 
         kubelet.start()
         try:
             pod = await asyncio.to_thread(
-                core.create_namespaced_pod, DRIVER_NS, pod_body("daemon", container)
+                core.create_namespaced_pod,
+                DRIVER_NS,
+                pod_body("daemon", container, daemon_set=cluster.daemon_set(cd_uid)),
             )
             await reserve(k8s, claim, pod)
             await eventually(lambda: _lines(out / "starts", 3))
