@@ -39,6 +39,7 @@ from agent.plugin.grpcserver import KubeletServers
 from agent.plugin.health import HealthServer
 from agent.plugin.maintenance import Maintenance
 from agent.plugin.metrics import MetricsServer, PluginMetrics
+from agent.plugin.nodelabels import NodeLabelKeeper
 from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
@@ -68,6 +69,7 @@ class PluginApp:
         self.health: HealthServer | None = None
         self.metrics_server: MetricsServer | None = None
         self.events: EventRecorder | None = None
+        self.labels: NodeLabelKeeper | None = None
 
     # --- start -----------------------------------------------------------------------
 
@@ -131,8 +133,15 @@ class PluginApp:
         # Prepare can write for several pods and claims at once: more writes in flight.
         self.events = EventRecorder(self._api, names.EVENT_COMPONENT_PLUGIN, cfg.node_name,
                                     max_in_flight=16)
-        self.driver = Driver(settings, self.cluster, edits, store, checkpoint,
-                             NodeLock(cfg.lock_path), self.metrics, self.events)
+        lock = NodeLock(cfg.lock_path)
+        self.driver = Driver(settings, self.cluster, edits, store, checkpoint, lock,
+                             self.metrics, self.events)
+        driver, clique = self.driver, self.clique
+        assert clique is not None
+        self.labels = NodeLabelKeeper(
+            self.cluster.node, self.cluster.node_object, cfg.node_name, lock.held,
+            lambda: driver.checkpoint, host_managed=cfg.host_managed,
+            clique_id=(lambda: clique.value) if cfg.gpu_clique_label else None)
         self.maintenance = Maintenance(
             self.driver, self.cluster.node.claim_exists,
             lambda uid: uid in self.cluster.cds.items, cfg.domains_dir)
@@ -157,6 +166,7 @@ class PluginApp:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._refresh_clique()))
         self._tasks.append(loop.create_task(self._periodic_cleanup()))
+        self._tasks.append(loop.create_task(self.labels.run(), name="node-labels"))
 
     async def _refresh_clique(self) -> None:
         assert self.clique is not None and self.cluster is not None

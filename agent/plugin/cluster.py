@@ -1,4 +1,5 @@
-"""The driver's view of the cluster: ComputeDomains and cliques from watches, node writes.
+"""The driver's view of the cluster: ComputeDomains, cliques and this Node from watches,
+node writes.
 
 Readiness of this node's IMEX daemon is read from the watched clique (or, with the
 cliques gate off, from the ComputeDomain's status), and a waiting Prepare wakes on the
@@ -37,6 +38,11 @@ class ClusterView:
         self.cds = Informer(loop, custom.list_cluster_custom_object, _uid, "computedomains",
                             {"group": names.GROUP, "version": names.VERSION,
                              "plural": names.PLURAL_COMPUTE_DOMAINS})
+        # This node alone (field selector): the label keeper repairs on its changes.
+        core = client.CoreV1Api(api)
+        self.node_object = Informer(loop, core.list_node, _name, "node",
+                                    {"field_selector": f"metadata.name={node_name}"},
+                                    to_dict=api.sanitize_for_serialization)
         self.cliques: Informer | None = None
         if cliques_enabled:
             self.cliques = Informer(loop, custom.list_namespaced_custom_object, _name,
@@ -49,11 +55,11 @@ class ClusterView:
         return [i for i in (self.cds, self.cliques) if i is not None]
 
     def start(self) -> None:
-        for informer in self.informers:
+        for informer in (*self.informers, self.node_object):
             informer.start()
 
     def stop(self) -> None:
-        for informer in self.informers:
+        for informer in (*self.informers, self.node_object):
             informer.stop()
 
     async def wait_synced(self, timeout: float) -> None:

@@ -22,6 +22,7 @@ from api.kube import call, error_text
 
 log = logging.getLogger(__name__)
 _CONFLICT_RETRIES = 8
+MERGE_PATCH = "application/merge-patch+json"
 RBAC_HINT = ("the agent's ServiceAccount lacks this permission: grant it in the ClusterRole "
              "compute-domain-kubelet-plugin (packaging/deploy/base/rbac-kubelet-plugin.yaml)")
 
@@ -113,13 +114,15 @@ class NodeOps:
                     f"label already exists for a different ComputeDomain: node "
                     f"{self.node_name} has {key}={current}; a workload of that ComputeDomain "
                     "still runs here (or its label was left behind)")
-            if want is None:
-                labels.pop(key, None)
-            else:
-                labels[key] = want
-            node.metadata.labels = labels
+            # A merge patch of the one label, conditional on the resourceVersion read: as
+            # safe as a replace against concurrent writers, and it cannot drop Node fields
+            # this client's model does not know (policies-kubelet-plugin.yaml refuses any
+            # change beyond the driver's labels).
+            body = {"metadata": {"resourceVersion": node.metadata.resource_version,
+                                 "labels": {key: want}}}
             try:
-                await call(self._core.replace_node, self.node_name, node, _request_timeout=20)
+                await call(self._core.patch_node, self.node_name, body,
+                           _content_type=MERGE_PATCH, _request_timeout=20)
                 return
             except ApiException as err:
                 if err.status == 403:
@@ -133,13 +136,19 @@ class NodeOps:
     async def add_cd_label(self, cd_uid: str) -> None:
         await self._update_label(names.LABEL_COMPUTE_DOMAIN, cd_uid, refuse_other=True)
 
+    async def ensure_cd_label(self, cd_uid: str) -> None:
+        """The label put back to `cd_uid` whatever it is now (nodelabels.py: what this
+        node's prepared claims need wins over what someone else wrote)."""
+        await self._update_label(names.LABEL_COMPUTE_DOMAIN, cd_uid)
+
     async def remove_cd_label(self, cd_uid: str) -> None:
         await self._update_label(names.LABEL_COMPUTE_DOMAIN, None, only_if=cd_uid)
 
     async def set_clique_label(self, clique_id: str | None) -> None:
         """`nvidia.com/gpu.clique` by merge patch (None removes it), as the reference does."""
         body = {"metadata": {"labels": {names.LABEL_GPU_CLIQUE: clique_id}}}
-        await call(self._core.patch_node, self.node_name, body, _request_timeout=20)
+        await call(self._core.patch_node, self.node_name, body, _content_type=MERGE_PATCH,
+                   _request_timeout=20)
 
     async def node_uid(self) -> str:
         node = await call(self._core.read_node, self.node_name, _request_timeout=20)

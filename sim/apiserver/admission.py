@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.apiserver import defaults, errors
+from sim.apiserver.authn import UserInfo
 from sim.apiserver.builtin_schema import BuiltinSchemas
 from sim.apiserver.crd_schema import CRDSchema
 from sim.apiserver.crd_validation import validate_crd
@@ -28,6 +29,7 @@ class AdmitOptions:
 
     field_validation: str = "Warn"
     warnings: list[str] = field(default_factory=list)
+    user: UserInfo | None = None  # who asks (admission policies see it)
 
 
 class Admission:

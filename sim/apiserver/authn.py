@@ -7,8 +7,8 @@ passes in the request's Authorization header.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from sim.apiserver.errors import ApiError
 
@@ -27,6 +27,9 @@ class UserInfo:
     name: str
     groups: tuple[str, ...] = ()
     uid: str = ""
+    # Extra attributes, e.g. the pod and node a ServiceAccount token is bound to
+    # (`authentication.kubernetes.io/pod-name`, `.../node-name`).
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
 
 ANONYMOUS = UserInfo(ANONYMOUS_USER, (UNAUTHENTICATED_GROUP,))
@@ -58,7 +61,12 @@ class TokenAuthenticator:
         self.anonymous = anonymous
 
     def add_user(
-        self, token: str, name: str, groups: Iterable[str] = (), uid: str = ""
+        self,
+        token: str,
+        name: str,
+        groups: Iterable[str] = (),
+        uid: str = "",
+        extra: Mapping[str, tuple[str, ...]] | None = None,
     ) -> UserInfo:
         """Register (or replace) a token; the user also gets `system:authenticated`."""
         if not token or any(c.isspace() for c in token):
@@ -66,16 +74,24 @@ class TokenAuthenticator:
         if not name:
             raise ValueError("a user needs a name")
         all_groups = tuple(dict.fromkeys([*groups, AUTHENTICATED_GROUP]))
-        user = UserInfo(name, all_groups, uid)
+        user = UserInfo(name, all_groups, uid, dict(extra or {}))
         self._users[token] = user
         return user
 
-    def add_service_account(self, token: str, namespace: str, name: str, uid: str = "") -> UserInfo:
-        """Register a ServiceAccount token with the user name and groups the server gives it."""
+    def add_service_account(
+        self,
+        token: str,
+        namespace: str,
+        name: str,
+        uid: str = "",
+        extra: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> UserInfo:
+        """Register a ServiceAccount token with the user name and groups the server gives it
+        (and the extra attributes of the object it is bound to)."""
         if not namespace or not name:
             raise ValueError("a service account needs a namespace and a name")
         groups = (SERVICE_ACCOUNTS_GROUP, f"{SERVICE_ACCOUNTS_GROUP}:{namespace}")
-        return self.add_user(token, service_account_username(namespace, name), groups, uid)
+        return self.add_user(token, service_account_username(namespace, name), groups, uid, extra)
 
     def add_admin(self, token: str) -> UserInfo:
         """Register a token for `ADMIN` (the `system:masters` kubeconfig user)."""

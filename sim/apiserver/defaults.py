@@ -165,7 +165,17 @@ def _event(obj: Obj) -> None:
     obj.setdefault("eventTime", None)  # a MicroTime struct: serialized even when unset
 
 
+def _namespace(obj: Obj) -> None:
+    """Every namespace carries its own name as a label (for namespace selectors)."""
+    md = obj.setdefault("metadata", {})
+    if md.get("name"):
+        md.setdefault("labels", {})["kubernetes.io/metadata.name"] = md["name"]
+
+
 DEFAULTS: Final[dict[tuple[str, str], Callable[[Obj], None]]] = {
+    ("", "Namespace"): _namespace,
+    # A struct, not a pointer: a Node always has a spec, if only `{}`.
+    ("", "Node"): lambda o: o.setdefault("spec", {}),
     ("", "Event"): _event,
     ("resource.k8s.io", "ResourceClaim"): lambda o: _claim_spec(o.get("spec")),
     ("resource.k8s.io", "ResourceClaimTemplate"): lambda o: _claim_spec(

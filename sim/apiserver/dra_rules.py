@@ -279,13 +279,26 @@ def check_resource_claim(obj: Mapping[str, Any]) -> list[Cause]:
     return out
 
 
+# ObjectMeta's fields in Go struct order: a template's claim metadata may set only labels
+# and annotations (ValidateTemplateObjectMeta); every other one set is refused.
+_TEMPLATE_META_FORBIDDEN: Final = (
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+    "ownerReferences", "finalizers", "managedFields",
+)  # fmt: skip
+
+
 def check_resource_claim_template(obj: Mapping[str, Any]) -> list[Cause]:
     """A ResourceClaimTemplate: the claim's metadata and device requests."""
     template = get_in(obj, "spec")
-    out = validate_labels(get_in(template, "metadata", "labels"), "spec.metadata.labels")
-    out += validate_annotations(
+    out = validate_annotations(
         get_in(template, "metadata", "annotations"), "spec.metadata.annotations"
     )
+    out += validate_labels(get_in(template, "metadata", "labels"), "spec.metadata.labels")
+    meta = get_in(template, "metadata")
+    if isinstance(meta, Mapping):
+        out += [forbidden(f"spec.metadata.{key}", "cannot be set")
+                for key in _TEMPLATE_META_FORBIDDEN if meta.get(key) not in (None, "", 0, [])]
     return out + validate_device_claim(get_in(template, "spec", "devices"), "spec.spec.devices")
 
 

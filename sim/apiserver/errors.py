@@ -19,7 +19,9 @@ class Cause:
     message: str
 
     def to_dict(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": self.message, "field": self.field}
+        """Go's omitempty: an admission policy's cause has only a message."""
+        out = {"reason": self.reason, "message": self.message, "field": self.field}
+        return {k: v for k, v in out.items() if v or k == "message"}
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any
 
 from sim.apiserver import errors, serviceaccounts
 from sim.apiserver.admission import AdmitOptions
+from sim.apiserver.authn import UserInfo
 from sim.apiserver.errors import ApiError, Cause
 from sim.apiserver.go_format import go_string_slice
 from sim.apiserver.resources import ResourceInfo
@@ -66,6 +67,7 @@ class DeleteOptions:
     uid: str | None = None
     resource_version: str | None = None
     dry_run: bool = False
+    user: UserInfo | None = None
 
 
 # ObjectMeta's omitempty maps and lists: stored empty, they come back absent.
@@ -78,6 +80,11 @@ def drop_empty_meta(md: Obj) -> None:
             del md[key]
 
 
+Validate = Callable[
+    [str, ResourceInfo, str, Obj | None, Obj | None, "UserInfo | None", bool], None
+]
+
+
 class Lifecycle:
     """Create, update, status update and delete with the real server's metadata rules.
 
@@ -85,10 +92,15 @@ class Lifecycle:
     checks); it returns the object to store or raises ApiError (422).
     """
 
-    def __init__(self, store: Store, admit: Admit, namespace_exists: Callable[[str], bool]):
+    def __init__(self, store: Store, admit: Admit, namespace_exists: Callable[[str], bool],
+                 validate: Validate | None = None):
+        """`validate(operation, info, subresource, new, old, user, dry_run)` is validating
+        admission (the admission policies): it runs on every write after the schema, and
+        raises to refuse it."""
         self._store = store
         self._admit = admit
         self._namespace_exists = namespace_exists
+        self._validate = validate
 
     # --- create ----------------------------------------------------------------------
 
@@ -141,8 +153,11 @@ class Lifecycle:
         self._prepare_create_status(info, obj)
         if info.builtin and info.kind == "Pod":
             serviceaccounts.admit_pod(self._store, namespace, obj)
-        obj = self._admit(info, obj, None, opts or AdmitOptions())
+        opts = opts or AdmitOptions()
+        obj = self._admit(info, obj, None, opts)
         drop_empty_meta(meta(obj))
+        if self._validate is not None:
+            self._validate("CREATE", info, "", obj, None, opts.user, dry_run)
         if dry_run:
             return obj
         return self._store.put(info.key, obj)
@@ -202,7 +217,9 @@ class Lifecycle:
             new = merged
         else:
             new = self._carry_server_fields(info, current, new)
-        return self._commit_update(info, current, new, dry_run=dry_run, opts=opts)
+        return self._commit_update(
+            info, current, new, dry_run=dry_run, opts=opts, subresource=subresource
+        )
 
     def _carry_server_fields(self, info: ResourceInfo, current: Obj, new: Obj) -> Obj:
         md, cur_md = meta(new), current["metadata"]
@@ -229,6 +246,7 @@ class Lifecycle:
         *,
         dry_run: bool,
         opts: AdmitOptions | None = None,
+        subresource: str = "",
     ) -> Obj:
         cur_md, md = current["metadata"], meta(new)
         if cur_md.get("deletionTimestamp"):
@@ -245,8 +263,11 @@ class Lifecycle:
                 raise errors.invalid(info.group, info.kind, cur_md["name"], [cause, cause])
         if _spec_changed(current, new) and "generation" in cur_md:
             md["generation"] = int(cur_md["generation"]) + 1
-        new = self._admit(info, new, current, opts or AdmitOptions())
+        opts = opts or AdmitOptions()
+        new = self._admit(info, new, current, opts)
         drop_empty_meta(md)
+        if self._validate is not None:
+            self._validate("UPDATE", info, subresource, new, current, opts.user, dry_run)
         if _same(current, new):
             return current
         if dry_run:
@@ -276,6 +297,8 @@ class Lifecycle:
         deletionTimestamp; the last finalizer removal deletes it."""
         current = self._require(info, namespace, name)
         self._check_preconditions(info, current, opts.resource_version, opts.uid)
+        if self._validate is not None:
+            self._validate("DELETE", info, "", None, current, opts.user, opts.dry_run)
         obj = clone(current)
         md = obj["metadata"]
         finalizers = list(md.get("finalizers") or [])

@@ -1,6 +1,7 @@
-"""kube-apiserver's table printers of Pods and Nodes (pkg/printers/internalversion): the
-columns `kubectl get pods` and `kubectl get nodes` show, `-o wide` adding the priority-1
-ones. Each column is its definition and a function of the object giving the cell."""
+"""kube-apiserver's table printers of Pods, Nodes, ResourceClaims and ResourceSlices
+(pkg/printers/internalversion): the columns `kubectl get` shows, `-o wide` adding the
+priority-1 ones. Each column is its definition and a function of the object giving the
+cell."""
 
 from __future__ import annotations
 
@@ -131,4 +132,43 @@ def node_columns(age: Callable[[Obj], str]) -> list[Column]:
              1),
         _col("Container-Runtime", "Container runtime reported by the node.",
              _info("containerRuntimeVersion"), 1),
+    ]  # fmt: skip
+
+
+def _claim_state(claim: Obj) -> str:
+    states = []
+    deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
+    if deleting:
+        states.append("deleted")
+    status = claim.get("status") or {}
+    if not status.get("allocation"):
+        if not deleting:
+            states.append("pending")
+    else:
+        states.append("allocated")
+        if status.get("reservedFor"):
+            states.append("reserved")
+    return ",".join(states)
+
+
+def claim_columns(age: Callable[[Obj], str]) -> list[Column]:
+    return [
+        _col("State", "A summary of the current state (allocated, pending, reserved, etc.).",
+             _claim_state),
+        _col("Age", "CreationTimestamp is a timestamp representing the server time when this "
+             "object was created.", age),
+    ]  # fmt: skip
+
+
+def slice_columns(age: Callable[[Obj], str]) -> list[Column]:
+    spec: Callable[[Obj], Obj] = lambda o: o.get("spec") or {}  # noqa: E731
+    return [
+        _col("Node", "The node the slice's devices are on.",
+             lambda o: str(spec(o).get("nodeName") or "")),
+        _col("Driver", "The driver that publishes the slice.",
+             lambda o: str(spec(o).get("driver") or "")),
+        _col("Pool", "The pool the slice belongs to.",
+             lambda o: str((spec(o).get("pool") or {}).get("name") or "")),
+        _col("Age", "CreationTimestamp is a timestamp representing the server time when this "
+             "object was created.", age),
     ]  # fmt: skip

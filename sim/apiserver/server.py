@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from aiohttp import web
 
 from sim.apiserver import discovery, errors, openapi, serviceaccounts, table
 from sim.apiserver.admission import FIELD_VALIDATION, Admission, AdmitOptions
+from sim.apiserver.admission_policies import AdmissionPolicies, Attributes
 from sim.apiserver.authn import TokenAuthenticator, UserInfo
 from sim.apiserver.control import Faults, Stats, control
 from sim.apiserver.errors import ApiError
@@ -84,7 +86,10 @@ class ApiServer:
         self._watch_timeout = watch_timeout_s
         self._state_file = state_file
         self.admission = Admission(self.registry)
-        self.lifecycle = Lifecycle(self.store, self.admission.admit, self._namespace_exists)
+        self.policies = AdmissionPolicies(self.store)
+        self.lifecycle = Lifecycle(
+            self.store, self.admission.admit, self._namespace_exists, self._validate
+        )
         self.gc: GarbageCollector | None = None
         self._runner: web.AppRunner | None = None
         self._streams: set[web.StreamResponse] = set()
@@ -208,6 +213,39 @@ class ApiServer:
         }
         self.store.put(CRD_KEY, new)
 
+    def _validate(
+        self,
+        operation: str,
+        info: ResourceInfo,
+        subresource: str,
+        new: Obj | None,
+        old: Obj | None,
+        user: UserInfo | None,
+        dry_run: bool,
+    ) -> None:
+        """Validating admission: the stored ValidatingAdmissionPolicies."""
+        md = (new or old or {}).get("metadata") or {}
+        namespace = md.get("namespace", "") if info.namespaced else ""
+        ns_labels = None
+        if namespace:
+            ns = self.store.get(("", "namespaces"), "", namespace)
+            ns_labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+        who = user or UserInfo("")
+        attrs = Attributes(
+            operation=operation,
+            group=info.group,
+            version=info.version,
+            resource=info.plural,
+            subresource=subresource,
+            kind=info.kind,
+            namespace=namespace,
+            name=str(md.get("name") or ""),
+            user={"username": who.name, "uid": who.uid, "groups": list(who.groups),
+                  "extra": {k: list(v) for k, v in who.extra.items()}},
+            dry_run=dry_run,
+        )  # fmt: skip
+        self.policies.check(attrs, new, old, ns_labels)
+
     def _ensure_default_account(self, namespace: str) -> None:
         """kube-controller-manager's ServiceAccount controller: every namespace has its
         `default` ServiceAccount (pods that name none use it)."""
@@ -283,7 +321,7 @@ class ApiServer:
             return target
         await self._inject_faults()
         self._authorize_resource(request, user, target)
-        return await self._serve(request, target, user.name if user is not None else "")
+        return await self._serve(request, target, user)
 
     def _discovery_or_target(
         self, request: web.Request, parts: list[str], user: UserInfo | None
@@ -405,8 +443,11 @@ class ApiServer:
 
     # --- resource verbs ----------------------------------------------------------------
 
-    async def _serve(self, request: web.Request, t: Target, who: str = "") -> web.StreamResponse:
+    async def _serve(
+        self, request: web.Request, t: Target, user: UserInfo | None = None
+    ) -> web.StreamResponse:
         method, q = request.method, request.query
+        who = user.name if user is not None else ""
         dry_run = "All" in q.getall("dryRun", [])
         if method == "GET":
             if t.name and not t.watch:
@@ -430,7 +471,7 @@ class ApiServer:
             raise errors.bad_request(
                 f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, got {directive!r}"
             )
-        opts = AdmitOptions(field_validation=directive)
+        opts = AdmitOptions(field_validation=directive, user=user)
         if method == "POST" and not t.name:
             self.stats.count("create", who)
             created = self.lifecycle.create(t.info, t.namespace, body, dry_run=dry_run, opts=opts)
@@ -478,7 +519,10 @@ class ApiServer:
             return self._respond_object(request, t.info, patched, 200, opts.warnings)
         if method == "DELETE" and t.name:
             self.stats.count("delete", who)
-            delete_opts = self._delete_options(request, body if isinstance(body, dict) else None)
+            delete_opts = dataclasses.replace(
+                self._delete_options(request, body if isinstance(body, dict) else None),
+                user=user,
+            )
             obj, gone = self.lifecycle.delete(t.info, t.namespace, t.name, delete_opts)
             if gone and not t.info.returns_deleted:
                 return self._json(deleted_status(t.info, obj))

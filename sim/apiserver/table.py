@@ -82,9 +82,11 @@ def _age(obj: dict[str, Any]) -> str:
 
 
 # Built-in kinds with a printer of their own (the rest print Name and Age).
-_PRINTERS: dict[str, Callable[[Callable[[dict[str, Any]], str]], list[Column]]] = {
-    "Pod": printers.pod_columns,
-    "Node": printers.node_columns,
+_PRINTERS: dict[tuple[str, str], Callable[[Callable[[dict[str, Any]], str]], list[Column]]] = {
+    ("", "Pod"): printers.pod_columns,
+    ("", "Node"): printers.node_columns,
+    ("resource.k8s.io", "ResourceClaim"): printers.claim_columns,
+    ("resource.k8s.io", "ResourceSlice"): printers.slice_columns,
 }
 
 
@@ -93,7 +95,7 @@ def columns(info: ResourceInfo) -> list[tuple[dict[str, Any], Cell]]:
     (computed from creationTimestamp)."""
     out: list[tuple[dict[str, Any], Cell]] = [(_NAME, ".metadata.name")]
     if info.builtin:
-        printer = _PRINTERS.get(info.kind) if not info.group else None
+        printer = _PRINTERS.get((info.group, info.kind))
         if printer is not None:
             return out + list(printer(_age))
         out.append((_AGE, None))

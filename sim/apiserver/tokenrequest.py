@@ -57,12 +57,19 @@ def issue_token(
             f"Invalid value: {seconds}: may not specify a duration less than 10 minutes",
         )
     bound = spec.get("boundObjectRef")
+    extra: dict[str, tuple[str, ...]] = {}
     if bound:
-        _check_bound(store, namespace, bound)
+        obj = _check_bound(store, namespace, bound)
+        if obj["kind"] == "Pod" and (obj.get("spec") or {}).get("serviceAccountName") != name:
+            raise errors.bad_request(
+                f'cannot bind token for serviceaccount "{name}" to pod running with different '
+                "serviceaccount name."
+            )
+        extra = _bound_extra(store, namespace, obj)
     token = secrets.token_urlsafe(32)
     if authenticator is not None:  # without authentication any token passes anyway
         authenticator.add_service_account(
-            token, namespace, name, uid=str(account["metadata"].get("uid") or "")
+            token, namespace, name, uid=str(account["metadata"].get("uid") or ""), extra=extra
         )
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     expires = now + datetime.timedelta(seconds=seconds)
@@ -83,7 +90,28 @@ def issue_token(
     }
 
 
-def _check_bound(store: Store, namespace: str, ref: Any) -> None:
+EXTRA_PREFIX = "authentication.kubernetes.io/"
+
+
+def _bound_extra(store: Store, namespace: str, bound: Obj) -> dict[str, tuple[str, ...]]:
+    """The user extra a token bound to `bound` authenticates with: the pod's name and UID
+    and its node's, or the node's (what admission policies key on)."""
+    md = bound["metadata"]
+    extra: dict[str, tuple[str, ...]] = {}
+    node_name = md.get("name") if bound.get("kind") == "Node" else None
+    if bound.get("kind") == "Pod":
+        extra = {f"{EXTRA_PREFIX}pod-name": (md["name"],), f"{EXTRA_PREFIX}pod-uid": (md["uid"],)}
+        node_name = (bound.get("spec") or {}).get("nodeName")
+    if node_name:
+        node = store.get(("", "nodes"), "", node_name)
+        extra[f"{EXTRA_PREFIX}node-name"] = (node_name,)
+        if node is not None:
+            extra[f"{EXTRA_PREFIX}node-uid"] = (node["metadata"]["uid"],)
+    return extra
+
+
+def _check_bound(store: Store, namespace: str, ref: Any) -> Obj:
+    """The object a token is to be bound to (404 if missing, 409 on a UID mismatch)."""
     if not isinstance(ref, dict):
         raise errors.bad_request("spec.boundObjectRef must be an object")
     kind = ref.get("kind")
@@ -96,6 +124,7 @@ def _check_bound(store: Store, namespace: str, ref: Any) -> None:
     obj = store.get((group, plural), scope, str(ref.get("name") or ""))
     if obj is None:
         raise errors.not_found(group, plural, str(ref.get("name") or ""))
+    obj = dict(obj, kind=kind)
     uid = ref.get("uid")
     if uid and uid != obj["metadata"].get("uid"):
         raise errors.conflict(
@@ -105,3 +134,4 @@ def _check_bound(store: Store, namespace: str, ref: Any) -> None:
             f"the UID in the bound object reference ({uid}) does not match the UID in record. "
             "The object might have been deleted and then recreated",
         )
+    return obj

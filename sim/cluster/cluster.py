@@ -207,11 +207,10 @@ class SimCluster:
         await self.control_plane.start(install=self._install)
         admin = self.control_plane.admin
         self.kubeconfigs["admin"] = admin.write_kubeconfig(self.root / "kubeconfig")
-        for role in ("controller", "agent"):
-            token = await self.service_account_token(self.accounts[role])
-            self.kubeconfigs[role] = admin.with_token(token).write_kubeconfig(
-                self.root / "kubeconfigs" / role, namespace=self.namespace
-            )
+        token = await self.service_account_token(self.accounts["controller"])
+        self.kubeconfigs["controller"] = admin.with_token(token).write_kubeconfig(
+            self.root / "kubeconfigs" / "controller", namespace=self.namespace
+        )
         install_fake_imex(self.root / "bin")
         if self.in_process is not None:
             self.in_process.open()
@@ -231,16 +230,20 @@ class SimCluster:
         await self.control_plane.wait_settled()
 
     async def service_account_token(
-        self, account: str, namespace: str | None = None, seconds: int = PROGRAM_TOKEN_SECONDS
+        self,
+        account: str,
+        namespace: str | None = None,
+        seconds: int = PROGRAM_TOKEN_SECONDS,
+        bound_to: Obj | None = None,
     ) -> str:
         """A token of ServiceAccount `account` from the API server's TokenRequest API, as
-        an admin gets one (`kubectl create token`)."""
+        an admin gets one (`kubectl create token`, `--bound-object-kind` when `bound_to`
+        is a boundObjectRef)."""
         assert self.admin is not None
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": seconds},
-        }
+        spec: Obj = {"expirationSeconds": seconds}
+        if bound_to is not None:
+            spec["boundObjectRef"] = bound_to
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         core = client.CoreV1Api(self.admin)
         answer = await call_retrying(
             core.create_namespaced_service_account_token,
@@ -297,12 +300,16 @@ class SimCluster:
             tls=plane.kubelet_tls(name, ip),
             server=Credentials(plane.admin.server, plane.admin.ca_file),
         )
+        # The kubelet registers its Node before the plugin runs: the plugin's token is
+        # bound to that Node, which is what scopes it to this node (policies-kubelet-plugin).
+        await kubelet.register()
+        kubeconfig = await self._agent_kubeconfig(name)
         env = self._manifest_env(
             "DaemonSet", f"compute-domain-kubelet-plugin-{name}", name, ip
         )
-        env[names.ENV_KUBECONFIG] = str(self.kubeconfigs["agent"])
+        env[names.ENV_KUBECONFIG] = str(kubeconfig)
         env.update(self.spec.agent_env)
-        argv = self._agent_argv(host, ip)
+        argv = self._agent_argv(host, ip, kubeconfig)
         agent: ManagedProcess | InProcessAgent
         if self.in_process is not None:
             agent = self.in_process.agent(f"agent-{name}", argv, host.root / "agent.log", env)
@@ -312,10 +319,24 @@ class SimCluster:
         if self.host_managed:
             node.host_imex = HostImex(host, ip, self.root / "bin")
         self.nodes[name] = node
-        await kubelet.register()
         kubelet.start()
         if node.host_imex is not None:
             await node.host_imex.start(peers=self._clique_peers(clique))
+
+    async def _agent_kubeconfig(self, node: str) -> Path:
+        """A kubeconfig of the kubelet plugin's ServiceAccount with a token bound to Node
+        `node`: the API server puts the node's name into the token's user info, as it does
+        for the DaemonSet's pod-bound tokens (what a systemd install gets with `kubectl
+        create token --bound-object-kind Node`)."""
+        assert self.admin is not None
+        found = await call_retrying(client.CoreV1Api(self.admin).read_node, node)
+        ref = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": found.metadata.uid}
+        token = await self.service_account_token(self.accounts["agent"], bound_to=ref)
+        path = self.root / "kubeconfigs" / f"agent-{node}"
+        self.kubeconfigs[f"agent-{node}"] = self.control_plane.admin.with_token(
+            token
+        ).write_kubeconfig(path, namespace=self.namespace)
+        return path
 
     def _clique_peers(self, clique: int | None) -> list[str]:
         """Addresses of the fabric nodes of `clique` (the host IMEX nodes config)."""
@@ -357,14 +378,14 @@ class SimCluster:
         env.update(container_env(container, pod, node, ip))
         return env
 
-    def _agent_argv(self, host: NodeHost, ip: str) -> list[str]:
+    def _agent_argv(self, host: NodeHost, ip: str, kubeconfig: Path) -> list[str]:
         """The DaemonSet's command with this node's host paths as flags (flags win over
         the manifest env): on a real node they are the hostPath mounts."""
         argv = [
             str(self.spec.agent_program),
             "plugin",
             "-v", str(self.spec.verbosity),
-            *host.agent_args(self.kubeconfigs["agent"], self.namespace),
+            *host.agent_args(kubeconfig, self.namespace),
             "--gpu-clique-label-enabled", "true",
             "--cleanup-interval", "2s",
             # kubelet hears why a claim waits (an Event on the pod) after 8 s, not 45 s.

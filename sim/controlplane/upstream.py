@@ -46,10 +46,10 @@ STOP_GRACE: Final = 3.0
 # The controllers of kube-controller-manager that a cluster running this driver uses:
 # workloads (DaemonSet, Deployment, ReplicaSet, Job), DRA (ResourceClaim, device taints),
 # the garbage collector, namespaces, ServiceAccounts and the root CA ConfigMap their
-# tokens' volumes name, node health (lifecycle, taint eviction, pod GC), finished Jobs and
-# aggregated ClusterRoles. Each starts under a ServiceAccount of its own, one after the
-# other; the volume, service, autoscaling and certificate controllers (unused here) would
-# add seconds to every start.
+# tokens' volumes name, node health (lifecycle, taint eviction, pod GC), finished Jobs,
+# aggregated ClusterRoles, and the type check of admission policies (their status). Each
+# starts under a ServiceAccount of its own, one after the other; the volume, service,
+# autoscaling and certificate controllers (unused here) would add seconds to every start.
 CONTROLLERS: Final = (
     "serviceaccount-controller",
     "root-ca-certificate-publisher-controller",
@@ -66,6 +66,7 @@ CONTROLLERS: Final = (
     "taint-eviction-controller",
     "pod-garbage-collector-controller",
     "clusterrole-aggregation-controller",
+    "validatingadmissionpolicy-status-controller",
 )
 
 

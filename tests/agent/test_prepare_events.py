@@ -247,7 +247,8 @@ class RbacNode(NodeEnv):
 def test_a_forbidden_event_does_not_fail_prepare(short_dir, tmp_path, caplog):
     auth = TokenAuthenticator()
     auth.add_admin("admin")
-    auth.add_service_account(SA_PLUGIN, DEPLOY_NS, SA_PLUGIN)
+    auth.add_service_account(SA_PLUGIN, DEPLOY_NS, SA_PLUGIN,
+                             extra={"authentication.kubernetes.io/node-name": (NODE,)})
     thread = ServerThread(authenticator=auth).start()
     admin = thread.api_client("admin")
     agent = None

@@ -1,4 +1,4 @@
-"""Both API servers for the differential tests, started once per module."""
+"""Both API servers for the differential tests, started once for all of them."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ async def _install_crds(admin: Credentials) -> None:
         api.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pair() -> Iterator[Pair]:
     built, why = available()
     if not built:

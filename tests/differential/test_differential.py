@@ -414,6 +414,11 @@ def test_the_drivers_own_objects(pair: Pair) -> None:
     pair.same("driver: daemon claim template", "POST",
               f"/apis/resource.k8s.io/v1/namespaces/{driver_ns}/resourceclaimtemplates", daemon,
               pick=_stored)
+    named = copy.deepcopy(workload)
+    named["metadata"]["name"] = "named"
+    named["spec"]["metadata"] = {"name": "x", "labels": {"a": "b"}}
+    pair.same("driver: a claim template whose claims are named", "POST",
+              f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", named)
     pair.same("driver: daemon DaemonSet", "POST",
               f"/apis/apps/v1/namespaces/{driver_ns}/daemonsets", render.daemon_set(uid, settings),
               pick=lambda v: v if v["code"] >= 300 else {"code": v["code"],

@@ -28,6 +28,8 @@ USER_NS = "team-a"
 IMAGE = f"nvcr.io/nvidia/compute-domain-driver:v{__version__}"
 SA_CONTROLLER = "compute-domain-controller"
 SA_PLUGIN = "compute-domain-kubelet-plugin"
+DAEMON_CD = "0f3c2a9e-1b2c-4d5e-8f90-123456789abc"
+DAEMON_POD = f"{names.daemon_object_name(DAEMON_CD)}-abcde"  # what its DaemonSet names it
 DAEMON_RBAC = {("ServiceAccount", names.DAEMON_SERVICE_ACCOUNT), ("Role", "compute-domain-daemon"),
                ("RoleBinding", "compute-domain-daemon"), ("ClusterRole", "compute-domain-daemon"),
                ("ClusterRoleBinding", "compute-domain-daemon")}
@@ -179,8 +181,15 @@ def secured(rendered: dict) -> Iterator[dict[str, client.ApiClient]]:
     """The driver-managed overlay applied with RBAC enforced; a client per ServiceAccount."""
     auth = TokenAuthenticator()
     auth.add_admin("admin")
-    for sa in (SA_CONTROLLER, SA_PLUGIN, names.DAEMON_SERVICE_ACCOUNT):
-        auth.add_service_account(sa, DRIVER_NS, sa)
+    auth.add_service_account(SA_CONTROLLER, DRIVER_NS, SA_CONTROLLER)
+    # The plugin's token as one bound to its pod or Node authenticates (the node-scoping
+    # policies key on the node); the daemon's is bound to its pod (DAEMON_POD on node-1).
+    auth.add_service_account(SA_PLUGIN, DRIVER_NS, SA_PLUGIN, extra={
+        "authentication.kubernetes.io/node-name": ("node-1",)})
+    auth.add_service_account(names.DAEMON_SERVICE_ACCOUNT, DRIVER_NS,
+                             names.DAEMON_SERVICE_ACCOUNT, extra={
+                                 "authentication.kubernetes.io/pod-name": (DAEMON_POD,),
+                                 "authentication.kubernetes.io/node-name": ("node-1",)})
     thread = ServerThread(authenticator=auth).start()
     clients = {name: thread.api_client(name)
                for name in ("admin", SA_CONTROLLER, SA_PLUGIN, names.DAEMON_SERVICE_ACCOUNT)}
@@ -334,27 +343,29 @@ def test_daemon_service_account(secured: dict[str, client.ApiClient]) -> None:
     custom, core = client.CustomObjectsApi(sa), client.CoreV1Api(sa)
     admin_core = client.CoreV1Api(secured["admin"])
     pod = admin_core.create_namespaced_pod(DRIVER_NS, {
-        "metadata": {"name": "daemon-1"}, "spec": {"containers": [{"name": "d", "image": "i"}]}})
-    name = names.clique_object_name("0f3c2a9e-1b2c-4d5e-8f90-123456789abc", "c.1")
+        "metadata": {"name": DAEMON_POD}, "spec": {
+            "nodeName": "node-1", "containers": [{"name": "d", "image": "i"}]}})
+    name = names.clique_object_name(DAEMON_CD, "c.1")
     args = (names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES)
     custom.create_namespaced_custom_object(*args, {
         "apiVersion": names.API_VERSION, "kind": names.KIND_CLIQUE,
-        "metadata": {"name": name, "ownerReferences": [
-            {"apiVersion": "v1", "kind": "Pod", "name": "daemon-1", "uid": pod.metadata.uid}]},
+        "metadata": {"name": name, "labels": {names.LABEL_COMPUTE_DOMAIN: DAEMON_CD},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                                          "name": DAEMON_POD, "uid": pod.metadata.uid}]},
         "daemons": []})
     clique = custom.get_namespaced_custom_object(*args, name)
     custom.replace_namespaced_custom_object(*args, name, clique)
     custom.list_namespaced_custom_object(*args)
-    core.patch_namespaced_pod("daemon-1", DRIVER_NS,
+    core.patch_namespaced_pod(DAEMON_POD, DRIVER_NS,
                               {"metadata": {"labels": {names.LABEL_CLIQUE_ID: "c.1"}}})
     # Warning Events on its own pod, written by the daemon's own code (create only).
     from agent.daemon.events import REASON_EXITED, PodEvents
     from agent.daemon.identity import DaemonIdentity
 
     identity = DaemonIdentity(
-        clique_id="c.1", cd_uid="0f3c2a9e-1b2c-4d5e-8f90-123456789abc", cd_name="x",
+        clique_id="c.1", cd_uid=DAEMON_CD, cd_name="x",
         cd_namespace=USER_NS, node_name="node-1", pod_ip="10.0.0.1",
-        pod_uid=pod.metadata.uid, pod_name="daemon-1", pod_namespace=DRIVER_NS, max_nodes=1)
+        pod_uid=pod.metadata.uid, pod_name=DAEMON_POD, pod_namespace=DRIVER_NS, max_nodes=1)
 
     async def record() -> None:
         events = PodEvents(sa, identity)
@@ -363,16 +374,20 @@ def test_daemon_service_account(secured: dict[str, client.ApiClient]) -> None:
 
     asyncio.run(record())
     [event] = [e for e in admin_core.list_namespaced_event(DRIVER_NS).items
-               if e.involved_object.name == "daemon-1"]
+               if e.involved_object.name == DAEMON_POD]
     assert (event.reason, event.type) == (REASON_EXITED, "Warning")
     assert event.involved_object.uid == pod.metadata.uid
-    # Legacy layout (ComputeDomainCliques=false): the ComputeDomain's status.
+    # Legacy layout (ComputeDomainCliques=false): the ComputeDomain's status. RBAC lets the
+    # daemon try any domain's; the policy (policies-daemon.yaml) refuses all but its own.
     cd = _create_cd(secured["admin"], "legacy")
     cd_args = (names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS)
     cd = custom.get_namespaced_custom_object(*cd_args, "legacy")
     custom.list_namespaced_custom_object(*cd_args)
-    custom.replace_namespaced_custom_object_status(*cd_args, "legacy", {
-        **cd, "status": {"status": names.STATUS_NOT_READY, "nodes": []}})
+    with pytest.raises(ApiException) as err:
+        custom.replace_namespaced_custom_object_status(*cd_args, "legacy", {
+            **cd, "status": {"status": names.STATUS_NOT_READY, "nodes": []}})
+    assert err.value.status == 403, err.value.body
+    assert "compute-domain-daemon-status" in err.value.body, err.value.body
     # Outside its role.
     from controller.render import RenderSettings, daemon_set
 
@@ -380,11 +395,11 @@ def test_daemon_service_account(secured: dict[str, client.ApiClient]) -> None:
                                                           daemon_log_verbosity=4))
     apps = client.AppsV1Api(sa)
     _forbidden(lambda: apps.create_namespaced_daemon_set(DRIVER_NS, ds))
-    _forbidden(lambda: core.patch_namespaced_pod("daemon-1", USER_NS, {"metadata": {}}))
-    _forbidden(lambda: core.delete_namespaced_pod("daemon-1", DRIVER_NS))
+    _forbidden(lambda: core.patch_namespaced_pod(DAEMON_POD, USER_NS, {"metadata": {}}))
+    _forbidden(lambda: core.delete_namespaced_pod(DAEMON_POD, DRIVER_NS))
     _forbidden(lambda: core.patch_namespaced_event(event.metadata.name, DRIVER_NS, {"count": 2}))
     _forbidden(lambda: core.create_namespaced_event(USER_NS, {
         "metadata": {"generateName": "x-"}, "reason": "R", "message": "m",
-        "involvedObject": {"kind": "Pod", "name": "daemon-1", "namespace": USER_NS}}))
+        "involvedObject": {"kind": "Pod", "name": DAEMON_POD, "namespace": USER_NS}}))
     _forbidden(lambda: custom.patch_namespaced_custom_object(*cd_args, "legacy", {}))
     _forbidden(lambda: custom.delete_namespaced_custom_object(*args, name))

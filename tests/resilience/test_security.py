@@ -187,7 +187,9 @@ def secured() -> Iterator[tuple[ServerThread, client.ApiClient]]:
     """The emulator with RBAC enforced and the driver-managed overlay applied."""
     auth = TokenAuthenticator()
     auth.add_admin("admin")
-    auth.add_service_account(SA_PLUGIN, DEPLOY_NS, SA_PLUGIN)
+    # As a token bound to its pod or Node authenticates: the policies key on the node.
+    auth.add_service_account(SA_PLUGIN, DEPLOY_NS, SA_PLUGIN,
+                             extra={"authentication.kubernetes.io/node-name": (NODE,)})
     thread = ServerThread(authenticator=auth).start()
     admin = thread.api_client("admin")
     try:
@@ -248,13 +250,13 @@ def test_the_shipped_rbac_is_enough_and_a_missing_verb_is_named(secured, short_d
         assert kubelet.unprepare([ok]).claims[ok["metadata"]["uid"]].error == ""
 
         # An operator trims the ClusterRole: the node label can no longer be written.
-        _drop_verb(admin, "nodes", "update")
+        _drop_verb(admin, "nodes", "patch")
         denied = _user_channel_claim(admin, node, "denied")
         t0 = time.monotonic()
         error = kubelet.prepare([denied]).claims[denied["metadata"]["uid"]].error
         assert time.monotonic() - t0 < 3, "a 403 is not retried until the deadline"
         assert "forbidden" in error.lower(), error
-        assert 'cannot update resource "nodes"' in error, error
+        assert 'cannot patch resource "nodes"' in error, error
         assert f"ClusterRole {SA_PLUGIN}" in error, error
         assert "Traceback" not in agent.log.read_text()
     finally:

@@ -1,0 +1,127 @@
+"""Keeps this node's driver labels what its prepared claims need, whoever changed them.
+
+The `resource.nvidia.com/computeDomain` label is what makes a domain's DaemonSet run an
+IMEX daemon here; Prepare of a channel claim sets it and the last Unprepare removes it. An
+admin's `kubectl label node <n> resource.nvidia.com/computeDomain-`, a node-feature tool or
+a stale automation can remove or change it at any time, and then the DaemonSet takes the
+daemon away while the workload keeps its channel. The keeper watches the Node (one object,
+by field selector) and puts back, within a watch round trip, the label of the domain whose
+channel claims the checkpoint holds as prepared, and `nvidia.com/gpu.clique` when the
+agent owns it. It also runs at start, so a restarted agent repairs what changed while it
+was down.
+
+It never removes a label: a Prepare that is still waiting for its daemon has set the
+label before its checkpoint entry completes, and it re-adds the label on every attempt
+anyway. Each repair takes the node lock, so it cannot interleave with an Unprepare that is
+removing the label of its last claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from agent.checkpoint.model import Checkpoint, ClaimState
+from api import names
+from api.kube import Informer, error_text
+
+log = logging.getLogger(__name__)
+RESYNC_S = 30.0  # a repair that failed (API down) is tried again after this at the latest
+
+
+class LabelWriter(Protocol):
+    async def ensure_cd_label(self, cd_uid: str) -> None: ...
+    async def set_clique_label(self, clique_id: str | None) -> None: ...
+
+
+def needed_domain(checkpoint: Checkpoint) -> str | None:
+    """The domain whose label this node needs: the one of its prepared channel claims (a
+    node serves one domain at a time, so more than one is left alone and logged)."""
+    domains = {
+        group.domain_id
+        for entry in checkpoint.claims.values()
+        if entry.state == ClaimState.PREPARE_COMPLETED
+        for group in entry.prepared or ()
+        if group.config_type == names.DEVICE_TYPE_CHANNEL and group.domain_id
+    }
+    if len(domains) > 1:
+        log.warning("prepared channel claims of %d ComputeDomains on one node (%s): "
+                    "not repairing the %s label", len(domains), ", ".join(sorted(domains)),
+                    names.LABEL_COMPUTE_DOMAIN)
+        return None
+    return next(iter(domains), None)
+
+
+class NodeLabelKeeper:
+    def __init__(
+        self,
+        writer: LabelWriter,
+        node: Informer,
+        node_name: str,
+        lock: Callable[[], AbstractAsyncContextManager[None]],
+        checkpoint: Callable[[], Checkpoint],
+        *,
+        host_managed: bool,
+        clique_id: Callable[[], str] | None,
+        resync_s: float = RESYNC_S,
+    ) -> None:
+        self._writer = writer
+        self._node = node
+        self._node_name = node_name
+        self._lock = lock
+        self._checkpoint = checkpoint
+        self._host_managed = host_managed
+        self._clique_id = clique_id
+        self._resync_s = resync_s
+        self.repairs = 0  # labels put back (tests and logs)
+
+    def _labels(self) -> Mapping[str, str]:
+        node: dict[str, Any] = self._node.items.get(self._node_name) or {}
+        return (node.get("metadata") or {}).get("labels") or {}
+
+    def _wanted(self) -> dict[str, str]:
+        wanted: dict[str, str] = {}
+        if not self._host_managed:
+            domain = needed_domain(self._checkpoint())
+            if domain:
+                wanted[names.LABEL_COMPUTE_DOMAIN] = domain
+        if self._clique_id is not None and self._clique_id():
+            wanted[names.LABEL_GPU_CLIQUE] = self._clique_id()
+        return wanted
+
+    def drifted(self) -> dict[str, str]:
+        """The wanted labels the watched Node does not carry (as the watch last saw it)."""
+        labels = self._labels()
+        return {k: v for k, v in self._wanted().items() if labels.get(k) != v}
+
+    async def repair(self) -> None:
+        """Put back every drifted label (under the node lock; each write re-reads the Node,
+        so a watch that lags our own write costs one GET, never a wrong label)."""
+        if not self.drifted():
+            return
+        async with self._lock():
+            for key, value in self.drifted().items():
+                log.warning("node %s: label %s is %r, its prepared claims need %r: restoring",
+                            self._node_name, key, self._labels().get(key), value)
+                if key == names.LABEL_COMPUTE_DOMAIN:
+                    await self._writer.ensure_cd_label(value)
+                else:
+                    await self._writer.set_clique_label(value)
+                self.repairs += 1
+
+    async def run(self) -> None:
+        """Repair now, then after every change of the Node (and every `resync_s`)."""
+        await self._node.synced.wait()
+        while True:
+            since = self._node.version
+            try:
+                await self.repair()
+            except Exception as err:  # the API may be down: the next change or resync retries
+                log.warning("node %s: repairing driver labels failed (will retry): %s",
+                            self._node_name, error_text(err))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._node.changed(since), self._resync_s)

@@ -1,0 +1,272 @@
+"""The driver's ValidatingAdmissionPolicies (packaging/deploy), on kube-apiserver and on the
+emulator alike: node-scoped permissions of the kubelet plugin, domain-scoped ones of the
+IMEX daemons, and the daemon DeviceClass kept to the driver namespace. Every attack of a
+hostile tenant or a compromised node is refused, with the same answer from both servers,
+and every write the driver makes is still allowed.
+
+The identities are real ServiceAccount tokens: the plugin's bound to its Node (as a
+systemd agent's is; a DaemonSet pod's carries the node too), a daemon's bound to its pod.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from harness import Answer, Pair, Server
+
+from api import names
+from sim.cluster import manifests
+
+Obj = dict[str, Any]
+NS = "nvidia-dra-driver-gpu"
+PLUGIN_SA = "compute-domain-kubelet-plugin"
+DAEMON_SA = names.DAEMON_SERVICE_ACCOUNT
+DOMAIN_A = "aaaaaaaa-0000-4000-8000-000000000001"
+DOMAIN_B = "bbbbbbbb-0000-4000-8000-000000000002"
+SMP = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+
+
+def _token(server: Server, account: str, bound: Obj | None) -> str:
+    spec: Obj = {"expirationSeconds": 3600}
+    if bound is not None:
+        md = bound["metadata"]
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": bound["kind"],
+                                  "name": md["name"], "uid": md["uid"]}
+    answer = server.send("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{account}/token",
+                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                          "spec": spec})
+    assert answer.code == 201, answer.body
+    return str(answer.body["status"]["token"])
+
+
+class Identities:
+    """Per server: tokens of a plugin on node-a, an unbound plugin, a daemon of domain A
+    on node-a; and the objects they act on."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.tokens: dict[str, str] = {}
+        plain = server._make_user  # the other tests' users stay
+        server._make_user = lambda name: (
+            server.admin.with_token(self.tokens[name]) if name in self.tokens else plain(name))
+
+    def setup(self) -> None:
+        s = self.server
+        objects = [o for o in manifests.render(manifests.overlay_path("driverManaged"))
+                   if o["kind"] not in ("Deployment", "DaemonSet", "CustomResourceDefinition")]
+        manifests.apply(s.admin.api_client(), objects)
+        for node in ("policy-node-a", "policy-node-b"):
+            s.send("POST", "/api/v1/nodes", {"metadata": {"name": node, "labels": {"a": "1"}}})
+        node_a = s.send("GET", "/api/v1/nodes/policy-node-a").body
+        self.tokens["plugin-a"] = _token(s, PLUGIN_SA, node_a | {"kind": "Node"})
+        self.tokens["plugin"] = _token(s, PLUGIN_SA, None)
+        for domain in (DOMAIN_A, DOMAIN_B):
+            s.send("POST", f"/apis/apps/v1/namespaces/{NS}/daemonsets", {
+                "metadata": {"name": names.daemon_object_name(domain),
+                             "labels": {names.LABEL_COMPUTE_DOMAIN: domain}},
+                "spec": {"selector": {"matchLabels": {names.LABEL_COMPUTE_DOMAIN: domain}},
+                         "template": {"metadata": {"labels": {
+                             names.LABEL_COMPUTE_DOMAIN: domain}}, "spec": {
+                             "containers": [{"name": "imex", "image": "example/imex:1"}]}}}})
+            s.send("POST", f"/api/v1/namespaces/{NS}/pods", {
+                "metadata": {"name": f"{names.daemon_object_name(domain)}-abcde",
+                             "labels": {names.LABEL_COMPUTE_DOMAIN: domain}},
+                "spec": {"nodeName": "policy-node-a", "serviceAccountName": DAEMON_SA,
+                         "containers": [{"name": "imex", "image": "example/imex:1"}]}})
+        pod_a = s.send("GET", f"/api/v1/namespaces/{NS}/pods/"
+                              f"{names.daemon_object_name(DOMAIN_A)}-abcde").body
+        self.tokens["daemon-a"] = _token(s, DAEMON_SA, pod_a | {"kind": "Pod"})
+
+    def wait_enforced(self) -> None:
+        """kube-apiserver loads new policies a few seconds after they are created."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            answer = self.server.send(
+                "PATCH", "/api/v1/nodes/policy-node-b",
+                {"metadata": {"labels": {names.LABEL_GPU_CLIQUE: "probe"}}},
+                user="plugin-a", content_type=SMP, query={"dryRun": "All"})
+            if answer.code == 403:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"{self.server.name}: the admission policies are not enforced")
+
+
+@pytest.fixture(scope="module")
+def policies(pair: Pair) -> Pair:
+    for server in pair.servers():
+        identities = Identities(server)
+        identities.setup()
+        identities.wait_enforced()
+    return pair
+
+
+def _code(v: Any) -> Any:
+    return v["code"] if v["code"] < 300 else v
+
+
+def _same(pair: Pair, case: str, method: str, path: str, body: Any = None, **kw: Any
+          ) -> tuple[Answer, Answer]:
+    return pair.same(f"policies: {case}", method, path, body, pick=_code, **kw)
+
+
+def _assert_clean(pair: Pair) -> None:
+    found = [d for d in pair.differences if d.case.startswith("policies:")]
+    assert not found, "\n".join(map(str, found))
+
+
+def test_the_kubelet_plugin_changes_only_its_own_node(policies: Pair) -> None:
+    pair = policies
+    label = lambda k, v: {"metadata": {"labels": {k: v}}}  # noqa: E731
+    ok = _same(pair, "own node's domain label", "PATCH", "/api/v1/nodes/policy-node-a",
+               label(names.LABEL_COMPUTE_DOMAIN, DOMAIN_A), user="plugin-a", content_type=SMP)
+    assert [a.code for a in ok] == [200, 200]
+    denied = [
+        _same(pair, "another node's clique label", "PATCH", "/api/v1/nodes/policy-node-b",
+              label(names.LABEL_GPU_CLIQUE, "forged"), user="plugin-a", content_type=SMP),
+        _same(pair, "a control-plane label on its node", "PATCH",
+              "/api/v1/nodes/policy-node-a",
+              label("node-role.kubernetes.io/control-plane", ""), user="plugin-a",
+              content_type=SMP),
+        _same(pair, "a NoExecute taint on its node", "PATCH", "/api/v1/nodes/policy-node-a",
+              {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}},
+              user="plugin-a", content_type=SMP),
+        _same(pair, "a token bound to no node", "PATCH", "/api/v1/nodes/policy-node-a",
+              label(names.LABEL_GPU_CLIQUE, "x"), user="plugin", content_type=SMP),
+    ]
+    assert all(a.code == 403 for answers in denied for a in answers), denied
+    _assert_clean(pair)
+
+
+def test_the_kubelet_plugin_writes_only_its_own_slices_and_events(policies: Pair) -> None:
+    pair = policies
+
+    def slice_of(node: str) -> Obj:
+        return {"metadata": {"name": f"policy-{node}"},
+                "spec": {"driver": names.DRIVER_NAME, "nodeName": node,
+                         "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                         "devices": []}}
+
+    own = _same(pair, "own slice", "POST", "/apis/resource.k8s.io/v1/resourceslices",
+                slice_of("policy-node-a"), user="plugin-a")
+    assert [a.code for a in own] == [201, 201]
+    other = _same(pair, "another node's slice", "POST",
+                  "/apis/resource.k8s.io/v1/resourceslices", slice_of("policy-node-b"),
+                  user="plugin-a")
+    assert [a.code for a in other] == [403, 403]
+    event = {"metadata": {"name": "w"}, "reason": "ComputeDomainChannelPrepared",
+             "message": "m", "type": "Normal", "reportingComponent": "c",
+             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "w",
+                                "namespace": "default"}}
+    mine = _same(pair, "an Event as its node", "POST", "/api/v1/namespaces/default/events",
+                 event | {"reportingInstance": "policy-node-a"}, user="plugin-a")
+    assert [a.code for a in mine] == [201, 201]
+    spoofed = _same(pair, "an Event as another node", "POST",
+                    "/api/v1/namespaces/default/events",
+                    event | {"metadata": {"name": "w2"}, "reportingInstance": "policy-node-b"},
+                    user="plugin-a")
+    assert [a.code for a in spoofed] == [403, 403]
+    _assert_clean(pair)
+
+
+def _clique(domain: str, entries: list[Obj]) -> Obj:
+    return {"apiVersion": names.API_VERSION, "kind": "ComputeDomainClique",
+            "metadata": {"name": f"{domain}.c.1",
+                         "labels": {names.LABEL_COMPUTE_DOMAIN: domain,
+                                    names.LABEL_CLIQUE_ID: "c.1"}},
+            "daemons": entries}
+
+
+def _entry(node: str, index: int, status: str = "NotReady") -> Obj:
+    return {"nodeName": node, "ipAddress": f"10.0.0.{index + 1}", "cliqueID": "c.1",
+            "index": index, "status": status}
+
+
+def test_a_daemon_writes_only_its_own_entry_of_its_own_domain(policies: Pair) -> None:
+    pair = policies
+    path = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{NS}/{names.PLURAL_CLIQUES}"
+    created = _same(pair, "its domain's clique with its entry", "POST", path,
+                    _clique(DOMAIN_A, [_entry("policy-node-a", 0)]), user="daemon-a")
+    assert [a.code for a in created] == [201, 201]
+    other_domain = _same(pair, "another domain's clique", "POST", path,
+                         _clique(DOMAIN_B, [_entry("policy-node-a", 0)]), user="daemon-a")
+    assert [a.code for a in other_domain] == [403, 403]
+    # The controller prunes and other daemons join: entries of other nodes come from them.
+    for server in pair.servers():
+        current = server.send("GET", f"{path}/{DOMAIN_A}.c.1").body
+        current["daemons"].append(_entry("policy-node-b", 1))
+        assert server.send("PUT", f"{path}/{DOMAIN_A}.c.1", current).code == 200
+    answers = []
+    for server in pair.servers():
+        current = server.send("GET", f"{path}/{DOMAIN_A}.c.1").body
+        current["daemons"][1]["status"] = "Ready"  # a forged Ready for node-b
+        answers.append(server.send("PUT", f"{path}/{DOMAIN_A}.c.1", current, user="daemon-a"))
+    pair.compare("policies: another node's entry", tuple(answers), pick=_code)  # type: ignore[arg-type]
+    assert [a.code for a in answers] == [403, 403]
+    answers = []
+    for server in pair.servers():
+        current = server.send("GET", f"{path}/{DOMAIN_A}.c.1").body
+        current["daemons"][0]["status"] = "Ready"  # its own readiness
+        answers.append(server.send("PUT", f"{path}/{DOMAIN_A}.c.1", current, user="daemon-a"))
+    pair.compare("policies: its own entry", tuple(answers), pick=_code)  # type: ignore[arg-type]
+    assert [a.code for a in answers] == [200, 200]
+    _assert_clean(pair)
+
+
+def test_a_daemon_changes_only_its_own_pods_labels(policies: Pair) -> None:
+    pair = policies
+    own = f"/api/v1/namespaces/{NS}/pods/{names.daemon_object_name(DOMAIN_A)}-abcde"
+    other = f"/api/v1/namespaces/{NS}/pods/{names.daemon_object_name(DOMAIN_B)}-abcde"
+    label = {"metadata": {"labels": {names.LABEL_CLIQUE_ID: "c.1"}}}
+    ok = _same(pair, "its own pod's label", "PATCH", own, label, user="daemon-a",
+               content_type=MERGE)
+    assert [a.code for a in ok] == [200, 200]
+    image = {"spec": {"containers": [{"name": "imex", "image": "evil.example/backdoor:1"}]}}
+    for case, path, body in (("its own pod's image", own, image),
+                             ("another pod's label", other, label),
+                             ("another pod's image", other, image)):
+        denied = _same(pair, case, "PATCH", path, body, user="daemon-a", content_type=SMP)
+        assert [a.code for a in denied] == [403, 403], (case, denied)
+    event = {"metadata": {"name": "d"}, "reason": "IMEXDaemonExited", "message": "m",
+             "type": "Warning", "involvedObject": {"apiVersion": "v1", "kind": "Pod",
+                                                   "namespace": NS, "name": "x"}}
+    for case, name, code in (("an Event about its pod", f"{names.daemon_object_name(DOMAIN_A)}"
+                              "-abcde", 201), ("an Event about another pod", "other", 403)):
+        body = event | {"metadata": {"name": f"d-{code}"},
+                        "involvedObject": event["involvedObject"] | {"name": name}}
+        answers = _same(pair, case, "POST", f"/api/v1/namespaces/{NS}/events", body,
+                        user="daemon-a")
+        assert [a.code for a in answers] == [code, code], (case, answers)
+    _assert_clean(pair)
+
+
+def test_the_daemon_device_class_stays_in_the_driver_namespace(policies: Pair) -> None:
+    pair = policies
+    pair.same("policies: namespace", "POST", "/api/v1/namespaces",
+              {"metadata": {"name": "policy-team-b"}}, pick=lambda v: v["code"])
+
+    def claim(klass: str) -> Obj:
+        return {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [
+            {"name": "r", "exactly": {"deviceClassName": klass}}]}}}
+
+    stolen = _same(pair, "a tenant's daemon claim", "POST",
+                   "/apis/resource.k8s.io/v1/namespaces/policy-team-b/resourceclaims",
+                   claim(names.DEVICE_CLASS_DAEMON))
+    assert [a.code for a in stolen] == [403, 403]
+    template = {"metadata": {"name": "t"},
+                "spec": {"spec": claim(names.DEVICE_CLASS_DAEMON)["spec"]}}
+    stolen = _same(pair, "a tenant's daemon claim template", "POST",
+                   "/apis/resource.k8s.io/v1/namespaces/policy-team-b/resourceclaimtemplates",
+                   template)
+    assert [a.code for a in stolen] == [403, 403]
+    channel = _same(pair, "a tenant's channel claim", "POST",
+                    "/apis/resource.k8s.io/v1/namespaces/policy-team-b/resourceclaims",
+                    claim(names.DEVICE_CLASS_DEFAULT_CHANNEL) | {"metadata": {"name": "ok"}})
+    assert [a.code for a in channel] == [201, 201]
+    own = _same(pair, "the driver's daemon claim", "POST",
+                f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims",
+                claim(names.DEVICE_CLASS_DAEMON))
+    assert [a.code for a in own] == [201, 201]
+    _assert_clean(pair)
