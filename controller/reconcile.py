@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -143,6 +144,12 @@ class Reconciler:
                 "InvalidSpec",
                 "spec.channel.resourceClaimTemplate.name is missing: recreate the "
                 "ComputeDomain with a spec naming the workload ResourceClaimTemplate")
+        if problem := _object_name_problem(name):
+            raise BlockedError(
+                "InvalidSpec",
+                f"spec.channel.resourceClaimTemplate.name {_shown(name)} is not a valid "
+                f"ResourceClaimTemplate name: {problem}; the spec is immutable, so recreate "
+                "the ComputeDomain with a valid name")
         key = f"{namespace}/{name}"
         existing = self._caches.templates.items.get(key)
         if existing is not None and render.is_ours(existing, uid, names.TARGET_WORKLOAD):
@@ -158,6 +165,10 @@ class Reconciler:
                 if err.status == 403:
                     raise BlockedError("Forbidden", "the controller may not create the "
                                   f"ResourceClaimTemplate {key}: check its RBAC") from None
+                if err.status == 422:  # retrying cannot help: say what the server refused
+                    raise BlockedError("InvalidSpec", "the API server refused the "
+                                       f"ResourceClaimTemplate {key}: "
+                                       f"{_server_message(err)}") from None
                 if err.status != 409:
                     raise
         raise BlockedError(
@@ -186,6 +197,10 @@ class Reconciler:
         nodes = self._nodes(cd)
         body = status.status_body(nodes, (cd.get("spec") or {}).get("numNodes") or 0,
                                   host_managed=self._cfg.host_managed)
+        if blocked is not None:
+            # Not reconciled (its workloads get no channel): never Ready, whatever the
+            # daemons report; the condition says why.
+            body["status"] = names.STATUS_NOT_READY
         conditions = _with_condition(current.get("conditions") or [], md.get("generation"),
                                      blocked)
         if conditions:
@@ -369,6 +384,30 @@ class Reconciler:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# An object name: a DNS-1123 subdomain (kube-apiserver's ValidateObjectMeta).
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _object_name_problem(name: str) -> str | None:
+    if len(name.encode()) > 253:
+        return f"it has {len(name.encode())} characters, at most 253 are allowed"
+    if not _OBJECT_NAME.fullmatch(name):
+        return ("a name consists of lower case letters, digits, '-' and '.', and starts "
+                "and ends with a letter or digit (a lowercase RFC 1123 subdomain)")
+    return None
+
+
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= 64 else f"{name[:61]}...")
+
+
+def _server_message(err: ApiException) -> str:
+    try:
+        return str(json.loads(err.body or "{}").get("message") or err.reason)
+    except (ValueError, AttributeError):
+        return str(err.reason)
 
 
 def _with_condition(current: list[Obj], generation: Any, blocked: BlockedError | None

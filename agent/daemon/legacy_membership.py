@@ -108,7 +108,8 @@ class LegacyMembership(_OptimisticWriter):
                 used = {_entry_index(n) for n in nodes if n.get("cliqueID") == self.clique_id}
                 limit = self.max_nodes if self.clique_id else None
                 index = smallest_free_index(
-                    used, limit, f"clique {self.clique_id!r} of {self._where()}"
+                    used, limit, f"clique {self.clique_id!r} of {self._where()}",
+                    preferred=self.index,
                 )
                 nodes.append(
                     {

@@ -13,7 +13,9 @@ Decisions (where the reference is silent or the brief left a choice):
 
 * The clique is created with our own entry in it (not empty and then updated): one write
   per joiner instead of two, and the creator trivially gets index 0.
-* Rejoin on the same node keeps the entry's index. If the IP changed the entry goes back to
+* Rejoin on the same node keeps the entry's index; a daemon whose entry (or whole clique)
+  was deleted asks for the index it held while that is free, so a recreated clique keeps
+  the indices the daemons and their IMEX peers know. If the IP changed the entry goes back to
   NotReady (a new pod at a new address has proven nothing yet; the readiness path flips it
   to Ready). If the IP is unchanged the entry, its status included, is left alone and no
   write happens (unless our pod's ownerReference is missing), as in the reference.
@@ -56,9 +58,17 @@ class CliqueFullError(MembershipError):
     """Every index below the maximum is taken."""
 
 
-def smallest_free_index(used: set[int], max_nodes: int | None, where: str) -> int:
-    """The smallest non-negative integer not in `used` (gaps are filled so surviving daemons
-    keep their DNS names). `max_nodes=None` skips the limit."""
+def smallest_free_index(
+    used: set[int], max_nodes: int | None, where: str, preferred: int | None = None
+) -> int:
+    """`preferred` (the index this daemon held before its entry or the whole clique was
+    deleted) while it is free and within the limit, so a recreated clique keeps every
+    surviving daemon's index and no IMEX restarts; else the smallest non-negative integer
+    not in `used` (gaps are filled so surviving daemons keep their DNS names).
+    `max_nodes=None` skips the limit."""
+    if (preferred is not None and preferred >= 0 and preferred not in used
+            and (max_nodes is None or preferred < max_nodes)):
+        return preferred
     index = 0
     while index in used:
         index += 1
@@ -271,6 +281,7 @@ class CliqueMembership(_OptimisticWriter):
                     {_entry_index(d) for d in daemons},
                     self.max_nodes,
                     f"ComputeDomainClique {self.namespace}/{self.name}",
+                    preferred=self.index,
                 )
                 daemons.append(
                     {

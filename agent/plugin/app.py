@@ -140,7 +140,7 @@ class PluginApp:
         assert clique is not None
         self.labels = NodeLabelKeeper(
             self.cluster.node, self.cluster.node_object, cfg.node_name, lock.held,
-            lambda: driver.checkpoint, host_managed=cfg.host_managed,
+            lambda: driver.checkpoint, self.cluster.domain_live, host_managed=cfg.host_managed,
             clique_id=(lambda: clique.value) if cfg.gpu_clique_label else None)
         self.maintenance = Maintenance(
             self.driver, self.cluster.node.claim_exists,

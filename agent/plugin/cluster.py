@@ -86,6 +86,11 @@ class ClusterView:
     def compute_domain(self, uid: str) -> dict[str, Any] | None:
         return self.cds.items.get(uid)
 
+    def domain_live(self, uid: str) -> bool:
+        """The ComputeDomain exists and is not being deleted."""
+        cd = self.cds.items.get(uid)
+        return cd is not None and not (cd.get("metadata") or {}).get("deletionTimestamp")
+
     def node_ready(self, cd_uid: str, clique_id: str) -> bool:
         if self.cliques is not None:
             clique = self.cliques.items.get(names.clique_object_name(cd_uid, clique_id))

@@ -6,9 +6,9 @@ admin's `kubectl label node <n> resource.nvidia.com/computeDomain-`, a node-feat
 a stale automation can remove or change it at any time, and then the DaemonSet takes the
 daemon away while the workload keeps its channel. The keeper watches the Node (one object,
 by field selector) and puts back, within a watch round trip, the label of the domain whose
-channel claims the checkpoint holds as prepared, and `nvidia.com/gpu.clique` when the
-agent owns it. It also runs at start, so a restarted agent repairs what changed while it
-was down.
+channel claims the checkpoint holds as prepared (while that domain exists and is not being
+deleted), and `nvidia.com/gpu.clique` when the agent owns it. It also runs at start, so a
+restarted agent repairs what changed while it was down.
 
 It never removes a label: a Prepare that is still waiting for its daemon has set the
 label before its checkpoint entry completes, and it re-adds the label on every attempt
@@ -38,15 +38,18 @@ class LabelWriter(Protocol):
     async def set_clique_label(self, clique_id: str | None) -> None: ...
 
 
-def needed_domain(checkpoint: Checkpoint) -> str | None:
-    """The domain whose label this node needs: the one of its prepared channel claims (a
-    node serves one domain at a time, so more than one is left alone and logged)."""
+def needed_domain(checkpoint: Checkpoint, live: Callable[[str], bool]) -> str | None:
+    """The domain whose label this node needs: the one of its prepared channel claims, if
+    that ComputeDomain still exists and is not being deleted (the controller removes a
+    deleted domain's labels while its workloads may still run; putting them back would
+    fight it). A node serves one domain at a time, so more than one is left alone."""
     domains = {
         group.domain_id
         for entry in checkpoint.claims.values()
         if entry.state == ClaimState.PREPARE_COMPLETED
         for group in entry.prepared or ()
         if group.config_type == names.DEVICE_TYPE_CHANNEL and group.domain_id
+        and live(group.domain_id)
     }
     if len(domains) > 1:
         log.warning("prepared channel claims of %d ComputeDomains on one node (%s): "
@@ -64,6 +67,7 @@ class NodeLabelKeeper:
         node_name: str,
         lock: Callable[[], AbstractAsyncContextManager[None]],
         checkpoint: Callable[[], Checkpoint],
+        live: Callable[[str], bool],
         *,
         host_managed: bool,
         clique_id: Callable[[], str] | None,
@@ -74,6 +78,7 @@ class NodeLabelKeeper:
         self._node_name = node_name
         self._lock = lock
         self._checkpoint = checkpoint
+        self._live = live
         self._host_managed = host_managed
         self._clique_id = clique_id
         self._resync_s = resync_s
@@ -86,7 +91,7 @@ class NodeLabelKeeper:
     def _wanted(self) -> dict[str, str]:
         wanted: dict[str, str] = {}
         if not self._host_managed:
-            domain = needed_domain(self._checkpoint())
+            domain = needed_domain(self._checkpoint(), self._live)
             if domain:
                 wanted[names.LABEL_COMPUTE_DOMAIN] = domain
         if self._clique_id is not None and self._clique_id():

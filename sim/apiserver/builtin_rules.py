@@ -72,6 +72,21 @@ def _immutable(*path: str) -> UpdateCheck:
     return check
 
 
+def _event_namespace(obj: Mapping[str, Any]) -> list[Cause]:
+    """`legacyValidateEvent`'s namespace rule: an Event lives in its object's namespace
+    (without an eventTime, one about a cluster-scoped object in "" or "default"; with
+    one, also "kube-system")."""
+    namespace = as_str(get_in(obj, "metadata", "namespace")) or ""
+    involved = as_str(get_in(obj, "involvedObject", "namespace")) or ""
+    if not obj.get("eventTime"):
+        bad = namespace not in ("", "default") if not involved else namespace != involved
+    else:
+        bad = not involved and namespace not in ("default", "kube-system")
+    if not bad:
+        return []
+    return [invalid_value("involvedObject.namespace", involved, "does not match event.namespace")]
+
+
 def _lease(obj: Mapping[str, Any]) -> list[Cause]:
     """`ValidateLeaseSpec`: a positive duration, non-negative transitions."""
     out: list[Cause] = []
@@ -129,7 +144,7 @@ EXTRA_CHECKS: Final[Mapping[tuple[str, str], tuple[Check, ...]]] = MappingProxyT
         ("", "ServiceAccount"): (_SUBDOMAIN_META,),
         ("", "ConfigMap"): (_SUBDOMAIN_META,),
         ("", "Secret"): (_SUBDOMAIN_META,),
-        ("", "Event"): (_SUBDOMAIN_META,),
+        ("", "Event"): (_SUBDOMAIN_META, _event_namespace),
         ("events.k8s.io", "Event"): (_SUBDOMAIN_META,),
         ("apps", "DaemonSet"): (_SUBDOMAIN_META, workload_check("DaemonSet")),
         ("apps", "Deployment"): (_SUBDOMAIN_META, workload_check("Deployment")),

@@ -116,8 +116,11 @@ def apply_defaults(value: JSON, s: Schema) -> None:
 
 
 def integral_floats_to_int(value: JSON) -> JSON:
-    """What a JSON round trip through Go does: float64 2.0 is written as `2`."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+    """What a JSON round trip through Go does: float64 2.0 is written as `2`. Only up to
+    2^53, where kube-openapi still takes a float for an integer (swag's
+    IsFloat64AJSONInteger): a larger one, such as an integer beyond int64 that decoding
+    made a float (numbers.py), stays a "number" that an integer field refuses."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
         return int(value)
     if isinstance(value, dict):
         return {k: integral_floats_to_int(v) for k, v in value.items()}

@@ -16,6 +16,7 @@ from typing import Any
 from sim.apiserver.crd_lists import correlate_items
 from sim.apiserver.errors import Cause
 from sim.apiserver.field_errors import (
+    INVALID,
     TYPE_INVALID,
     child,
     field_error,
@@ -29,6 +30,7 @@ from sim.apiserver.field_errors import (
 from sim.apiserver.go_format import go_float, go_number, go_quote
 from sim.apiserver.json_values import ABSENT, JSON, canonical, json_equal, json_type, str_list
 from sim.apiserver.names_validation import dns1123_subdomain_problems
+from sim.apiserver.numbers import INT64_MAX, INT64_MIN
 from sim.apiserver.schema_nodes import Schema, additional_of, compile_pattern, properties_of
 from sim.apiserver.string_formats import FORMAT_CHECKS
 
@@ -46,13 +48,22 @@ def _type_matches(value: JSON, actual: str, types: tuple[str, ...]) -> bool:
         return True
     if actual == "integer" and "number" in types:
         return True
-    # kube-openapi accepts a float with an integral value (2.0) for type integer.
+    # kube-openapi accepts a float with an integral value (2.0) for type integer, up to
+    # 2^53 (swag's IsFloat64AJSONInteger): not an integer beyond int64 decoded as a float.
     return (
         actual == "number"
         and "integer" in types
         and math.isfinite(value)
         and float(value).is_integer()
+        and abs(value) <= 2**53
     )
+
+
+def _int64_text(value: float) -> bool:
+    """Whether Go's strconv.FormatFloat(value, 'f', -1, 64) parses as an int64."""
+    if not math.isfinite(value) or not value.is_integer():
+        return False
+    return INT64_MIN <= int(value) <= INT64_MAX
 
 
 def schema_errors(obj: Mapping[str, Any], schema: Schema, old: Any) -> list[Cause]:
@@ -102,6 +113,17 @@ def check_value(
                 f'{name} in body must be of type {",".join(types)}: "{actual}"',
             )
         )
+        if actual == "number" and "integer" in types and not _int64_text(value):
+            # Then kube-openapi's range check of the number as Go formats it ('f',
+            # shortest): a fraction, or an integer beyond int64 that decoding made a float.
+            out.append(
+                field_error(
+                    "",
+                    INVALID,
+                    "",
+                    f"Checked value must be of type integer (default format) in {name}",
+                )
+            )
         return
     _check_composition(value, s, path, out)
     if isinstance(value, str):

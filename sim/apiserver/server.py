@@ -32,6 +32,7 @@ from sim.apiserver.gc import GarbageCollector
 from sim.apiserver.label_selectors import SelectorError
 from sim.apiserver.lifecycle import DeleteOptions, Lifecycle
 from sim.apiserver.listwatch import JSON, json_response, list_response, selected_by, watch_stream
+from sim.apiserver.numbers import LONG_NUMBER, beyond_int64_as_float
 from sim.apiserver.patch import PatchError, apply_json_patch, apply_merge_patch
 from sim.apiserver.rbac import (
     RequestAttributes,
@@ -560,13 +561,14 @@ class ApiServer:
             import yaml  # only apply-patch bodies are YAML
 
             try:
-                return yaml.safe_load(raw)
+                return beyond_int64_as_float(yaml.safe_load(raw))
             except yaml.YAMLError as err:
                 raise errors.bad_request(f"invalid YAML body: {err}") from None
         try:
-            return orjson.loads(raw)
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError as err:
             raise errors.bad_request(f"invalid JSON body: {err}") from None
+        return beyond_int64_as_float(body) if LONG_NUMBER.search(raw) else body
 
     def _get(self, t: Target) -> Obj:
         obj = self.store.get(t.info.key, t.namespace, t.name)

@@ -161,11 +161,37 @@ def test_a_taken_template_name_is_an_event_and_a_condition(controller, api):
         return next((c for c in conds if c["type"] == "Reconciled"), None)
     cond = wait_for(condition, what="condition")
     assert cond["status"] == "False" and cond["reason"] == "TemplateNameTaken"
+    # Its workloads get no channel: STATUS says so, whatever the daemons report.
+    assert api.cd("cd1")["status"]["status"] == names.STATUS_NOT_READY
     events = api.core.list_namespaced_event("default").items
     assert any(e.reason == "TemplateNameTaken" and e.involved_object.name == "cd1"
                for e in events)
     api.resource.delete_namespaced_resource_claim_template("taken", "default")
     wait_for(lambda: condition() is None, 30, what="condition cleared after recovery")
+
+
+@pytest.mark.parametrize(("template", "why"), [
+    ("a/b", "lower case letters, digits, '-' and '.'"),
+    ("ABC", "lower case letters, digits, '-' and '.'"),
+    ("a" * 254, "it has 254 characters, at most 253 are allowed"),
+])
+def test_an_invalid_template_name_is_a_condition_an_event_and_not_ready(
+    controller, api, template, why
+):
+    """The CRD takes any string; the API server would refuse the template with 422 on
+    every retry. The controller says what is wrong instead, once."""
+    api.create_cd("bad", template=template)
+
+    def condition():
+        conds = (api.cd("bad").get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "Reconciled"), None)
+    cond = wait_for(condition, what="condition")
+    assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
+    assert why in cond["message"] and "recreate the ComputeDomain" in cond["message"]
+    assert api.cd("bad")["status"]["status"] == names.STATUS_NOT_READY
+    events = [e for e in api.core.list_namespaced_event("default").items
+              if e.involved_object.name == "bad"]
+    assert [(e.reason, e.type) for e in events] == [("InvalidSpec", "Warning")]
 
 
 def test_a_spec_less_computedomain_is_an_event_not_a_crash(controller, api):

@@ -117,6 +117,29 @@ def test_join_creates_then_indices_rejoin_gap_and_leave(k8s, project_crds):
     asyncio.run(scenario())
 
 
+def test_a_deleted_clique_comes_back_with_every_index_kept(k8s, project_crds):
+    """Whoever deletes the clique object (an admin, a cleanup script): the daemons rejoin,
+    in any order, at the indices they held, so no peer's DNS name moves and no IMEX
+    restarts; a newcomer takes a free index, never a survivor's."""
+    daemons = [member(k8s, f"node-{i}") for i in range(4)]
+
+    async def scenario() -> None:
+        for i, daemon in enumerate(daemons):
+            assert await daemon.join(f"10.0.0.{i + 1}") == i
+        await daemons[1].leave()  # a gap: index 1 is free
+        client.CustomObjectsApi(k8s).delete_namespaced_custom_object(
+            names.GROUP, names.VERSION, NS, names.PLURAL_CLIQUES, NAME)
+        for i in (3, 2, 0):  # the last one first: it creates the clique, keeping index 3
+            assert await daemons[i].join(f"10.0.0.{i + 1}") == i
+        assert await member(k8s, "node-new").join("10.0.0.9") == 1
+        assert {d["nodeName"]: d["index"] for d in get_clique(k8s)["daemons"]} == {
+            "node-3": 3, "node-2": 2, "node-0": 0, "node-new": 1}
+        # Its old index taken meanwhile, a rejoining daemon gets the smallest free one.
+        assert await daemons[1].join("10.0.0.2") == 4
+
+    asyncio.run(scenario())
+
+
 def test_leave_without_clique_is_fine_and_foreign_clique_is_refused(k8s, project_crds):
     a = member(k8s, "node-a")
 

@@ -49,6 +49,7 @@ class Identities:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.tokens: dict[str, str] = {}
+        server.policy_tokens = self.tokens  # type: ignore[attr-defined]  # later tests add some
         plain = server._make_user  # the other tests' users stay
         server._make_user = lambda name: (
             server.admin.with_token(self.tokens[name]) if name in self.tokens else plain(name))
@@ -81,17 +82,43 @@ class Identities:
         self.tokens["daemon-a"] = _token(s, DAEMON_SA, pod_a | {"kind": "Pod"})
 
     def wait_enforced(self) -> None:
-        """kube-apiserver loads new policies a few seconds after they are created."""
+        """kube-apiserver loads new policies a few seconds after they are created, each on
+        its own: wait until a dry-run attack on every policy is refused."""
+        cliques = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{NS}/{names.PLURAL_CLIQUES}"
+        event = {"metadata": {"name": "probe"}, "reason": "R", "message": "m",
+                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "x",
+                                    "namespace": NS}}
+        probes = {
+            "node": ("PATCH", "/api/v1/nodes/policy-node-b",
+                     {"metadata": {"labels": {names.LABEL_GPU_CLIQUE: "probe"}}}, "plugin-a"),
+            "slices": ("POST", "/apis/resource.k8s.io/v1/resourceslices", {
+                "metadata": {"name": "probe"}, "spec": {
+                    "driver": names.DRIVER_NAME, "nodeName": "policy-node-b", "devices": [],
+                    "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}}},
+                "plugin-a"),
+            "plugin events": ("POST", f"/api/v1/namespaces/{NS}/events",
+                              event | {"reportingInstance": "policy-node-b"}, "plugin-a"),
+            "cliques": ("POST", cliques, _clique(DOMAIN_B, []), "daemon-a"),
+            "pods": ("PATCH", f"/api/v1/namespaces/{NS}/pods/"
+                     f"{names.daemon_object_name(DOMAIN_B)}-abcde",
+                     {"metadata": {"labels": {"probe": "1"}}}, "daemon-a"),
+            "daemon events": ("POST", f"/api/v1/namespaces/{NS}/events", event, "daemon-a"),
+            "device class": ("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+                             {"metadata": {"name": "probe"}, "spec": {"devices": {"requests": [
+                                 {"name": "r", "exactly": {
+                                     "deviceClassName": names.DEVICE_CLASS_DAEMON}}]}}},
+                             "admin"),
+        }
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            answer = self.server.send(
-                "PATCH", "/api/v1/nodes/policy-node-b",
-                {"metadata": {"labels": {names.LABEL_GPU_CLIQUE: "probe"}}},
-                user="plugin-a", content_type=SMP, query={"dryRun": "All"})
-            if answer.code == 403:
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"{self.server.name}: the admission policies are not enforced")
+        while probes and time.monotonic() < deadline:
+            for name, (method, path, body, user) in list(probes.items()):
+                answer = self.server.send(
+                    method, path, body, user=user, query={"dryRun": "All"},
+                    **({"content_type": MERGE} if method == "PATCH" else {}))
+                if answer.code == 403:
+                    del probes[name]
+            time.sleep(0.3)
+        assert not probes, f"{self.server.name}: policies not enforced: {sorted(probes)}"
 
 
 @pytest.fixture(scope="module")
@@ -269,4 +296,55 @@ def test_the_daemon_device_class_stays_in_the_driver_namespace(policies: Pair) -
                 f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims",
                 claim(names.DEVICE_CLASS_DAEMON))
     assert [a.code for a in own] == [201, 201]
+    _assert_clean(pair)
+
+
+def test_a_legacy_daemon_writes_only_its_own_entry_of_its_own_domains_status(
+    policies: Pair,
+) -> None:
+    """ComputeDomainCliques=false: the daemons keep their entries in status.nodes."""
+    pair = policies
+    path = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/default/{names.PLURAL_COMPUTE_DOMAINS}"
+    for server in pair.servers():
+        for name in ("legacy-own", "legacy-other"):
+            answer = server.send("POST", path, {
+                "apiVersion": names.API_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+                "metadata": {"name": name}, "spec": {
+                    "numNodes": 2, "channel": {"resourceClaimTemplate": {"name": name}}}})
+            assert answer.code == 201, answer.body
+        own = server.send("GET", f"{path}/legacy-own").body
+        pod = f"{names.daemon_object_name(own['metadata']['uid'])}-abcde"
+        server.send("POST", f"/api/v1/namespaces/{NS}/pods", {
+            "metadata": {"name": pod}, "spec": {
+                "nodeName": "policy-node-a", "serviceAccountName": DAEMON_SA,
+                "containers": [{"name": "imex", "image": "example/imex:1"}]}})
+        bound = server.send("GET", f"/api/v1/namespaces/{NS}/pods/{pod}").body
+        tokens = server.policy_tokens  # type: ignore[attr-defined]
+        tokens["legacy-daemon"] = _token(server, DAEMON_SA, bound | {"kind": "Pod"})
+        # Another node's daemon already wrote its entry.
+        own["status"] = {"status": "NotReady", "nodes": [
+            {"name": "policy-node-b", "ipAddress": "10.0.0.2", "cliqueID": "c.1", "index": 1,
+             "status": "NotReady"}]}
+        assert server.send("PUT", f"{path}/legacy-own/status", own).code == 200
+
+    def write(case: str, name: str, change: Any) -> tuple[Answer, Answer]:
+        answers = []
+        for server in pair.servers():
+            current = server.send("GET", f"{path}/{name}").body
+            change(current.setdefault("status", {}).setdefault("nodes", []))
+            answers.append(server.send("PUT", f"{path}/{name}/status", current,
+                                       user="legacy-daemon"))
+        pair.compare(f"policies: legacy {case}", tuple(answers), pick=_code)  # type: ignore[arg-type]
+        return answers[0], answers[1]
+
+    mine = write("its own entry", "legacy-own", lambda nodes: nodes.append(
+        {"name": "policy-node-a", "ipAddress": "10.0.0.1", "cliqueID": "c.1", "index": 0,
+         "status": "NotReady"}))
+    assert [a.code for a in mine] == [200, 200]
+    forged = write("another node's entry", "legacy-own",
+                   lambda nodes: nodes[0].update(status="Ready"))
+    assert [a.code for a in forged] == [403, 403]
+    other = write("another domain's status", "legacy-other", lambda nodes: nodes.append(
+        {"name": "policy-node-a", "ipAddress": "10.0.0.1", "cliqueID": "c.1", "index": 0}))
+    assert [a.code for a in other] == [403, 403]
     _assert_clean(pair)

@@ -138,6 +138,12 @@ def test_status_subresource(pair: Pair) -> None:
         ("two errors", lambda b: (b["spec"].update(numNodes=-1),
                                   b["spec"]["channel"].update(allocationMode="Some"))),
         ("bad name", lambda b: b["metadata"].update(name="Not_A_Name")),
+        # Beyond int64: kube-apiserver decodes it as a float, not an integer.
+        ("integer beyond int64", lambda b: b["spec"].update(numNodes=2**63)),
+        ("integer far beyond int64", lambda b: b["spec"].update(numNodes=10**30)),
+        ("largest int64", lambda b: b["spec"].update(numNodes=2**63 - 1)),
+        ("a fraction", lambda b: b["spec"].update(numNodes=2.5)),
+        ("an integral float", lambda b: b["spec"].update(numNodes=3.0)),
     ],
 )
 def test_crd_validation_errors(pair: Pair, case: str, mutate: Any) -> None:
@@ -151,6 +157,7 @@ def test_crd_validation_errors(pair: Pair, case: str, mutate: Any) -> None:
         "causes": sorted(map(str, v["details"]["causes"]))}
     pair.same(f"validation: {case}", "POST", CDS.format(ns=ns), body, pick=unordered)
     check(pair, f"validation: {case}")
+    pair.both("DELETE", f"{CDS.format(ns=ns)}/v")  # the valid cases leave it
 
 
 def test_field_validation_of_unknown_fields(pair: Pair) -> None:
@@ -444,6 +451,13 @@ def test_the_drivers_own_objects(pair: Pair) -> None:
                   "code": v["code"],
                   "body": {k: val for k, val in v["body"].items()
                            if k not in ("metadata", "firstTimestamp", "lastTimestamp")}})
+    for case, involved, events_ns in (("about another namespace's pod", ns, driver_ns),
+                                      ("about a cluster-scoped object", "", driver_ns),
+                                      ("about a node, in default", "", "default")):
+        other = recorder.body(pod_ref("p", involved, "0000"), "R", "m", "Normal")
+        pair.same(f"driver: an Event {case}", "POST",
+                  f"/api/v1/namespaces/{events_ns}/events", other,
+                  pick=lambda v: v if v["code"] >= 300 else v["code"])
     lease = {
         "metadata": {"name": "nvidia-compute-domain-controller", "namespace": driver_ns},
         "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,

@@ -83,7 +83,12 @@ def test_every_object_validates(mode: str, rendered: dict) -> None:
 def test_modes_differ_only_in_daemon_pieces_and_imex_mode(rendered: dict) -> None:
     driver = {(o["kind"], o["metadata"]["name"]) for o in rendered["driverManaged"]}
     host = {(o["kind"], o["metadata"]["name"]) for o in rendered["hostManaged"]}
-    assert driver - host == DAEMON_RBAC | {("DeviceClass", names.DEVICE_CLASS_DAEMON)}
+    daemon_policies = {(kind, f"compute-domain-daemon-{name}")
+                       for kind in ("ValidatingAdmissionPolicy",
+                                    "ValidatingAdmissionPolicyBinding")
+                       for name in ("cliques", "pods", "events", "status", "device-class")}
+    assert driver - host == DAEMON_RBAC | daemon_policies | {
+        ("DeviceClass", names.DEVICE_CLASS_DAEMON)}
     assert host <= driver
     for mode, objects in rendered.items():
         channel = _find(objects, "DeviceClass", names.DEVICE_CLASS_DEFAULT_CHANNEL)
