@@ -33,6 +33,7 @@ from celpy import celtypes
 
 from sim.apiserver.errors import ApiError, Cause
 from sim.apiserver.store import Obj, Store
+from sim.apiserver.workload_rules import selector_matches
 
 log = logging.getLogger(__name__)
 
@@ -212,24 +213,8 @@ def _rule_matches(rule: Mapping[str, Any], attrs: Attributes) -> bool:
 
 
 def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector (empty or absent: everything)."""
-    if not selector:
-        return True
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or ():
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or ()
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
+    """A policy's object or namespace selector: absent or empty selects everything."""
+    return not selector or selector_matches(selector, labels)
 
 
 def _matches(match: Mapping[str, Any], attrs: Attributes, obj: Obj | None,

@@ -222,10 +222,15 @@ class ProcessExecutor:
         try:
             return await asyncio.wait_for(proc.wait(), timeout) == 0
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
             return False
+        finally:
+            # Timed out, or the pod stopped (cancelled) with the probe still running: a
+            # probe never outlives its container.
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(proc.wait())
 
 
 # --------------------------------------------------------------------------------------
