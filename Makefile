@@ -52,6 +52,7 @@ bench: $(STAMP) k8s
 	$(PY) tests/bench/bench_prepare.py --agent dist/compute-domain-agent
 	$(PY) tests/bench/bench_bringup.py
 	$(PY) tests/bench/bench_controlplanes.py
+	$(PY) tests/bench/bench_label_repair.py
 	$(PY) tests/bench/bench_k8s_build.py
 
 # The single-file agent (PyInstaller onefile): dist/compute-domain-agent. Runs without Python.
