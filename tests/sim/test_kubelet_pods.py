@@ -235,9 +235,9 @@ async def _at_least(check: Callable[[], Awaitable[list[Any]]], n: int) -> list[A
 
 
 FAKE_DAEMON = """#!/bin/sh
-env > "$OUT/env.tmp" && mv "$OUT/env.tmp" "$OUT/env"  # whole, never half-written
-echo start >> "$OUT/starts"
 trap 'echo term >> "$OUT/terms"; exit 0' TERM
+env > "$OUT/env.tmp" && mv "$OUT/env.tmp" "$OUT/env"  # whole, never half-written
+echo start >> "$OUT/starts"  # after the trap: a start line means SIGTERM is handled
 while true; do sleep 0.05; done
 """
 
@@ -329,6 +329,7 @@ def test_daemon_container_runs_with_env_probes_restarts_and_stops(k8s, cluster, 
             await eventually(restarted)
             await eventually(ready)
             assert (await read())["status"]["phase"] == "Running"
+            await eventually(lambda: _lines(out / "starts", 2))  # the new one traps TERM
 
             await asyncio.to_thread(core.delete_namespaced_pod, "daemon", DRIVER_NS)
 
@@ -380,9 +381,12 @@ def test_daemon_that_exits_is_restarted_and_the_pod_stays_running(k8s, cluster, 
             await eventually(lambda: _lines(out / "starts", 3))
 
             async def restarted() -> dict[str, Any] | None:
+                """Restarted twice, and between two runs (while one runs, for the instant
+                before it exits again, a container without a readiness probe is Ready)."""
                 current = await read()
                 statuses = (current or {}).get("status", {}).get("containerStatuses") or []
-                return current if statuses and statuses[0]["restartCount"] >= 2 else None
+                between = statuses and "running" not in statuses[0]["state"]
+                return current if between and statuses[0]["restartCount"] >= 2 else None
 
             current = await eventually(restarted)
             assert current["status"]["phase"] == "Running"
