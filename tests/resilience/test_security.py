@@ -270,8 +270,14 @@ def test_a_missing_resourceslice_create_is_named_in_the_log(secured, short_dir, 
     _drop_verb(admin, "resourceslices", "create")
     agent = AgentProcess(node, kubeconfig)
     try:
-        log = agent.log.read_text()
-        [line] = [ln for ln in log.splitlines() if "ResourceSlice" in ln and "failed" in ln][:1]
+        deadline = time.monotonic() + 20  # publishing runs after the agent says it is ready
+        while True:
+            log = agent.log.read_text()
+            found = [ln for ln in log.splitlines() if "ResourceSlice" in ln and "failed" in ln]
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        [line] = found[:1]
         assert "403" in line and 'cannot create resource "resourceslices"' in line, line
         assert "HTTP response headers" not in log and "Traceback" not in log, log[-3000:]
     finally:
