@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 from scenario_env import NAMESPACE, ready, run_scenario
 
 from agent.diagnose.command import diagnose
@@ -146,12 +147,21 @@ def test_healthy_then_taken_template_unschedulable_foreign_finalizer_no_device_c
                                "finalizer(s) the driver does not own: example.com/hold")
         assert report.domain["deleting"] is True
 
-        held = await call(custom.get_namespaced_custom_object, names.GROUP, names.VERSION,
-                          NAMESPACE, names.PLURAL_COMPUTE_DOMAINS, "good")
-        await call(custom.patch_namespaced_custom_object, names.GROUP, names.VERSION,
-                   NAMESPACE, names.PLURAL_COMPUTE_DOMAINS, "good",
-                   {"metadata": {"finalizers": [f for f in held["metadata"]["finalizers"]
-                                                if f != "example.com/hold"]}})
+        # Drop only ours, at the resourceVersion read: the controller may drop its own
+        # finalizer in between (then the patch conflicts and is made again).
+        for _ in range(10):
+            held = await call(custom.get_namespaced_custom_object, names.GROUP, names.VERSION,
+                              NAMESPACE, names.PLURAL_COMPUTE_DOMAINS, "good")
+            try:
+                await call(custom.patch_namespaced_custom_object, names.GROUP, names.VERSION,
+                           NAMESPACE, names.PLURAL_COMPUTE_DOMAINS, "good",
+                           {"metadata": {"resourceVersion": held["metadata"]["resourceVersion"],
+                                         "finalizers": [f for f in held["metadata"]["finalizers"]
+                                                        if f != "example.com/hold"]}})
+                break
+            except ApiException as err:
+                if err.status != 409:
+                    raise
         await verdict(cluster, "good", "reconciliation", BROKEN, "does not exist")
 
         # An installation without the channel DeviceClass.
