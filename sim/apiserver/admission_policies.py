@@ -31,7 +31,9 @@ from typing import Any, Final
 import celpy
 from celpy import celtypes
 
+from sim.apiserver.authn import UserInfo
 from sim.apiserver.errors import ApiError, Cause
+from sim.apiserver.resources import ResourceInfo
 from sim.apiserver.store import Obj, Store
 from sim.apiserver.workload_rules import selector_matches
 
@@ -72,6 +74,25 @@ class AdmissionPolicies:
         self._programs: dict[str, Any] = {}
 
     # --- entry point ---------------------------------------------------------------------
+
+    def validate(self, operation: str, info: ResourceInfo, subresource: str, new: Obj | None,
+                 old: Obj | None, user: UserInfo | None, dry_run: bool) -> None:
+        """Lifecycle's validating-admission hook: one write, as the server saw it."""
+        md = (new or old or {}).get("metadata") or {}
+        namespace = md.get("namespace", "") if info.namespaced else ""
+        ns_labels = None
+        if namespace:
+            ns = self._store.get(("", "namespaces"), "", namespace)
+            ns_labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+        who = user or UserInfo("")
+        attrs = Attributes(
+            operation=operation, group=info.group, version=info.version,
+            resource=info.plural, subresource=subresource, kind=info.kind,
+            namespace=namespace, name=str(md.get("name") or ""),
+            user={"username": who.name, "uid": who.uid, "groups": list(who.groups),
+                  "extra": {k: list(v) for k, v in who.extra.items()}},
+            dry_run=dry_run)
+        self.check(attrs, new, old, ns_labels)
 
     def check(self, attrs: Attributes, new: Obj | None, old: Obj | None,
               namespace_labels: Mapping[str, str] | None) -> None:

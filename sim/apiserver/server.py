@@ -24,7 +24,7 @@ from aiohttp import web
 
 from sim.apiserver import discovery, errors, openapi, serviceaccounts, table
 from sim.apiserver.admission import FIELD_VALIDATION, Admission, AdmitOptions
-from sim.apiserver.admission_policies import AdmissionPolicies, Attributes
+from sim.apiserver.admission_policies import AdmissionPolicies
 from sim.apiserver.authn import TokenAuthenticator, UserInfo
 from sim.apiserver.control import Faults, Stats, control
 from sim.apiserver.errors import ApiError
@@ -89,7 +89,7 @@ class ApiServer:
         self.admission = Admission(self.registry)
         self.policies = AdmissionPolicies(self.store)
         self.lifecycle = Lifecycle(
-            self.store, self.admission.admit, self._namespace_exists, self._validate
+            self.store, self.admission.admit, self._namespace_exists, self.policies.validate
         )
         self.gc: GarbageCollector | None = None
         self._runner: web.AppRunner | None = None
@@ -213,39 +213,6 @@ class ApiServer:
             ],
         }
         self.store.put(CRD_KEY, new)
-
-    def _validate(
-        self,
-        operation: str,
-        info: ResourceInfo,
-        subresource: str,
-        new: Obj | None,
-        old: Obj | None,
-        user: UserInfo | None,
-        dry_run: bool,
-    ) -> None:
-        """Validating admission: the stored ValidatingAdmissionPolicies."""
-        md = (new or old or {}).get("metadata") or {}
-        namespace = md.get("namespace", "") if info.namespaced else ""
-        ns_labels = None
-        if namespace:
-            ns = self.store.get(("", "namespaces"), "", namespace)
-            ns_labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
-        who = user or UserInfo("")
-        attrs = Attributes(
-            operation=operation,
-            group=info.group,
-            version=info.version,
-            resource=info.plural,
-            subresource=subresource,
-            kind=info.kind,
-            namespace=namespace,
-            name=str(md.get("name") or ""),
-            user={"username": who.name, "uid": who.uid, "groups": list(who.groups),
-                  "extra": {k: list(v) for k, v in who.extra.items()}},
-            dry_run=dry_run,
-        )  # fmt: skip
-        self.policies.check(attrs, new, old, ns_labels)
 
     def _ensure_default_account(self, namespace: str) -> None:
         """kube-controller-manager's ServiceAccount controller: every namespace has its
