@@ -213,6 +213,6 @@ def test_non_json_bodies_are_415(apiserver, k8s):
 
     resp = urllib3.PoolManager().request(
         "POST", apiserver.url + "/api/v1/namespaces/default/configmaps", body=b"\x0a\x00",
-        headers={"Content-Type": "application/vnd.kubernetes.protobuf"})
+        headers={"Content-Type": "application/cbor"})
     assert resp.status == 415
-    assert "accepts JSON bodies only" in json.loads(resp.data)["message"]
+    assert "accepts JSON and Kubernetes protobuf bodies" in json.loads(resp.data)["message"]
