@@ -177,6 +177,10 @@ DEFAULTS: Final[dict[tuple[str, str], Callable[[Obj], None]]] = {
     # A struct, not a pointer: a Node always has a spec, if only `{}`.
     ("", "Node"): lambda o: o.setdefault("spec", {}),
     ("", "Event"): _event,
+    ("", "Secret"): lambda o: _set(o, "type", "Opaque"),  # SetDefaults_Secret
+    ("scheduling.k8s.io", "PriorityClass"): lambda o: _set(
+        o, "preemptionPolicy", "PreemptLowerPriority"
+    ),
     ("resource.k8s.io", "ResourceClaim"): lambda o: _claim_spec(o.get("spec")),
     ("resource.k8s.io", "ResourceClaimTemplate"): lambda o: _claim_spec(
         (o.get("spec") or {}).get("spec")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from sim.apiserver import errors, table
+from sim.apiserver import errors, list_options, table
 from sim.apiserver.field_selectors import check_fields, parse_field_selector
 from sim.apiserver.label_selectors import parse_label_selector
 from sim.apiserver.store import (
@@ -57,6 +57,7 @@ def selected_by(request: web.Request, t: Target) -> Callable[[Obj], bool]:
 
 def list_response(request: web.Request, t: Target, store: Store) -> web.Response:
     q = request.query
+    list_options.validate(q, watch=False)
     selected = selected_by(request, t)
     rv_param, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
     current_rv = store.resource_version
@@ -108,7 +109,8 @@ def list_response(request: web.Request, t: Target, store: Store) -> web.Response
         # A custom resource list is unstructured: its empty continue token stays in.
         list_meta["continue"] = ""
     if table.wants_table(request.headers.get("Accept", "")):
-        return json_response(table.table(t.info, page, list_meta))
+        include = table.include_object(q)
+        return json_response(table.table(t.info, page, list_meta, include=include))
     return json_response(
         {
             "kind": t.info.list_kind,
@@ -130,11 +132,13 @@ async def watch_stream(
 ) -> web.StreamResponse:
     """Stream watch events; `bookmark_interval` is read on every wait, so tests can tune it."""
     q = request.query
+    list_options.validate(q, watch=True)
     selected = selected_by(request, t)
     as_table = table.wants_table(request.headers.get("Accept", ""))
+    include = table.include_object(q) if as_table else "Metadata"
+    headers = True  # the first Table event carries the column definitions, no later one
     bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
     timeout = float(q.get("timeoutSeconds") or watch_timeout)
-    rv_param = q.get("resourceVersion", "")
     watcher = store.watch(t.info.key, t.namespace or None)
     response = web.StreamResponse(headers={"Content-Type": JSON})
     response.enable_chunked_encoding()
@@ -142,34 +146,20 @@ async def watch_stream(
     streams.add(response)
 
     def frame(kind: str, obj: Obj) -> bytes:
+        nonlocal headers
         if as_table and kind in (ADDED, MODIFIED, DELETED):
-            obj = table.table(
-                t.info, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-            )
+            rv = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            obj = table.table(t.info, [obj], rv, include=include, headers=headers)
+            headers = False
         return orjson.dumps({"type": kind, "object": obj}) + b"\n"
 
     try:
         last_rv = store.resource_version
-        if rv_param in ("", "0"):
-            initial = [
-                frame(ADDED, o) for o in store.list(t.info.key, t.namespace or None) if selected(o)
-            ]
-            if initial:
-                await response.write(b"".join(initial))
-        else:
-            try:
-                since = int(rv_param)
-            except ValueError:
-                raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from None
-            try:
-                backlog = store.events_since(t.info.key, t.namespace or None, since)
-            except ExpiredError as err:
-                status = errors.gone(str(err)).status_object()
-                await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
-                return response
-            out = [frame(k, o) for k, o in (filter_event(e, selected) for e in backlog) if k]
-            if out:
-                await response.write(b"".join(out))
+        opening, ended = _opening(t, store, selected, frame, q, bookmarks=bookmarks)
+        if opening:
+            await response.write(opening)
+        if ended:
+            return response
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -210,6 +200,55 @@ async def watch_stream(
     with contextlib.suppress(ConnectionResetError, RuntimeError):
         await response.write_eof()
     return response
+
+
+def _error_frame(err: errors.ApiError) -> bytes:
+    return orjson.dumps({"type": "ERROR", "object": err.status_object()}) + b"\n"
+
+
+def _opening(
+    t: Target,
+    store: Store,
+    selected: Callable[[Obj], bool],
+    frame: Callable[[str, Obj], bytes],
+    q: Any,
+    *,
+    bookmarks: bool,
+) -> tuple[bytes, bool]:
+    """What a watch sends before the changes, and whether it ends there (an ERROR).
+
+    Without `sendInitialEvents` a watch from resourceVersion "" or "0" starts with every
+    object as ADDED, one from a later version with the changes since; with it (a watch
+    list, sim/apiserver/list_options.py) the current objects, then the bookmark that ends
+    them; `sendInitialEvents=false` sends only what changes after the given version.
+    """
+    rv_param = q.get("resourceVersion", "")
+    initial = list_options.send_initial_events(q)
+    current = store.resource_version
+    since: int | None = None
+    if rv_param not in ("", "0"):
+        try:
+            since = int(rv_param)
+        except ValueError:
+            raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from None
+    if initial or (initial is None and since is None):
+        if initial and since is not None and since > current:
+            message = f"Timeout: Too large resource version: {since}, current: {current}"
+            return _error_frame(errors.ApiError(504, "Timeout", message)), True
+        out = [frame(ADDED, o) for o in store.list(t.info.key, t.namespace or None)
+               if selected(o)]  # fmt: skip
+        if initial and bookmarks:
+            end = list_options.initial_events_end(t.info.kind, t.info.api_version, current)
+            out.append(frame("BOOKMARK", end))
+        return b"".join(out), False
+    if since is None:
+        return b"", False
+    try:
+        backlog = store.events_since(t.info.key, t.namespace or None, since)
+    except ExpiredError as err:
+        return _error_frame(errors.gone(str(err))), True
+    changes = (filter_event(e, selected) for e in backlog)
+    return b"".join(frame(k, o) for k, o in changes if k), False
 
 
 def filter_event(event: Event, selected: Callable[[Obj], bool]) -> tuple[str | None, Obj]:

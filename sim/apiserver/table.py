@@ -1,60 +1,100 @@
-"""Server-side printing (`Accept: ...;as=Table`): the columns `kubectl get` shows.
+"""Server-side printing (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`): the Table
+`kubectl get` prints.
 
-Custom resources print their CRD's additionalPrinterColumns, which is how
-`kubectl get computedomains` shows STATUS and AGE.
+Built-in kinds print their upstream printer's columns (sim/apiserver/printers.py and the
+modules it names); the others kube-apiserver's default convertor's Name and Created At
+(https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/registry/rest/table.go).
+Custom resources print their CRD's additionalPrinterColumns, or Age when it has none
+(staging/src/k8s.io/apiextensions-apiserver/pkg/registry/customresource/tableconvertor).
+A row carries the object's metadata (`includeObject=Metadata`, the default), the whole
+object (`Object`, which `kubectl get --sort-by` asks for) or nothing (`None`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
-from sim.apiserver import printers
-from sim.apiserver.printers import Column
+from sim.apiserver import errors, node_printers, pod_printer, printers, workload_printers
+from sim.apiserver.go_format import go_quote
+from sim.apiserver.printer_docs import CREATION_TIMESTAMP
+from sim.apiserver.printer_docs import NAME as NAME_DOC
+from sim.apiserver.printers import Column, Obj
 from sim.apiserver.resources import ResourceInfo
 
-Cell = str | None | Callable[[dict[str, Any]], Any]
+Cell = str | None | Callable[[Obj], Any]
+INCLUDE_OBJECT: Final = ("Object", "Metadata", "None")
 
-_NAME = {
-    "name": "Name",
-    "type": "string",
-    "format": "name",
-    "priority": 0,
-    "description": "Name must be unique within a namespace.",
-}
-_AGE = {
-    "name": "Age",
-    "type": "date",
-    "format": "",
-    "priority": 0,
-    "description": "CreationTimestamp is a timestamp representing the server time when "
-    "this object was created.",
-}
+# Built-in kinds with a printer of their own, by (group, kind).
+_PRINTERS: Final[Mapping[tuple[str, str], Callable[[], list[Column]]]] = {
+    ("", "Pod"): pod_printer.pod_columns,
+    ("", "Node"): node_printers.node_columns,
+    ("", "Event"): node_printers.event_columns,
+    ("", "Namespace"): printers.namespace_columns,
+    ("", "ConfigMap"): printers.configmap_columns,
+    ("", "Secret"): printers.secret_columns,
+    ("", "ServiceAccount"): printers.name_and_age,
+    ("apps", "DaemonSet"): workload_printers.daemon_set_columns,
+    ("apps", "Deployment"): workload_printers.deployment_columns,
+    ("batch", "Job"): workload_printers.job_columns,
+    ("coordination.k8s.io", "Lease"): printers.lease_columns,
+    ("scheduling.k8s.io", "PriorityClass"): printers.priority_class_columns,
+    ("rbac.authorization.k8s.io", "RoleBinding"): printers.role_binding_columns("rolebindings"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): printers.role_binding_columns(
+        "clusterrolebindings"
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"):
+        printers.admission_policy_columns,
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"):
+        printers.admission_binding_columns,
+    ("resource.k8s.io", "ResourceClaim"): printers.claim_columns,
+    ("resource.k8s.io", "ResourceClaimTemplate"): printers.name_and_age,
+    ("resource.k8s.io", "ResourceSlice"): printers.slice_columns,
+    ("resource.k8s.io", "DeviceClass"): printers.name_and_age,
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): printers.crd_columns,
+}  # fmt: skip
+_NAME: Final = printers.definition("Name", NAME_DOC, fmt="name")
 
 
 def wants_table(accept: str) -> bool:
     return "as=Table" in accept
 
 
-def human_duration(since: str | None, now: datetime | None = None) -> str:
-    """`5s`, `3m`, `2h`, `4d` like kubectl's age column; `<unknown>` without a timestamp."""
-    if not since:
-        return "<unknown>"
-    try:
-        then = datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return "<unknown>"
-    seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
-    if seconds < 120:
-        return f"{seconds}s"
-    minutes = seconds // 60
-    if minutes < 120:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 48:
-        return f"{hours}h"
-    return f"{hours // 24}d"
+def include_object(query: Mapping[str, str]) -> str:
+    """The `includeObject` parameter of a Table request; a 400 for an unknown value."""
+    value = query.get("includeObject") or "Metadata"
+    if value not in INCLUDE_OBJECT:
+        raise errors.bad_request(f"unrecognized includeObject value: {go_quote(value)}")
+    return value
+
+
+def _custom_columns(info: ResourceInfo) -> list[tuple[dict[str, Any], Cell]]:
+    out: list[tuple[dict[str, Any], Cell]] = []
+    for col in info.printer_columns or (
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp",
+         "description": CREATION_TIMESTAMP},
+    ):  # fmt: skip
+        path = col.get("jsonPath", "")
+        description = col.get("description") or (
+            f"Custom resource definition column (in JSONPath format): {path}"
+        )
+        definition = printers.definition(
+            col.get("name", ""), description, type_=col.get("type", "string"),
+            priority=col.get("priority", 0), fmt=col.get("format", ""),
+        )  # fmt: skip
+        out.append((definition, path))
+    return out
+
+
+def columns(info: ResourceInfo) -> list[tuple[dict[str, Any], Cell]]:
+    """(definition, cell function or JSONPath) pairs, the Name column first."""
+    if not info.builtin:
+        return [(_NAME, ".metadata.name"), *_custom_columns(info)]
+    printer = _PRINTERS.get((info.group, info.kind))
+    if printer is not None:
+        return list(printer())
+    created = printers.definition("Created At", CREATION_TIMESTAMP, type_="date")
+    return [(_NAME, ".metadata.name"), (created, printers.created_at)]
 
 
 def _json_path(obj: Any, path: str) -> Any:
@@ -77,52 +117,17 @@ def _json_path(obj: Any, path: str) -> Any:
     return current
 
 
-def _age(obj: dict[str, Any]) -> str:
-    return human_duration((obj.get("metadata") or {}).get("creationTimestamp"))
-
-
-# Built-in kinds with a printer of their own (the rest print Name and Age).
-_PRINTERS: dict[tuple[str, str], Callable[[Callable[[dict[str, Any]], str]], list[Column]]] = {
-    ("", "Pod"): printers.pod_columns,
-    ("", "Node"): printers.node_columns,
-    ("resource.k8s.io", "ResourceClaim"): printers.claim_columns,
-    ("resource.k8s.io", "ResourceSlice"): printers.slice_columns,
-}
-
-
-def columns(info: ResourceInfo) -> list[tuple[dict[str, Any], Cell]]:
-    """(definition, JSONPath or function of the object) pairs; Age's path is None
-    (computed from creationTimestamp)."""
-    out: list[tuple[dict[str, Any], Cell]] = [(_NAME, ".metadata.name")]
-    if info.builtin:
-        printer = _PRINTERS.get((info.group, info.kind))
-        if printer is not None:
-            return out + list(printer(_age))
-        out.append((_AGE, None))
-        return out
-    custom = list(info.printer_columns)
-    for col in custom:
-        definition = {
-            "name": col.get("name", ""),
-            "type": col.get("type", "string"),
-            "format": col.get("format", ""),
-            "priority": col.get("priority", 0),
-            "description": col.get("description", ""),
-        }
-        out.append((definition, col.get("jsonPath", "")))
-    if not custom:
-        out.append((_AGE, None))
-    return out
-
-
-def _cell(definition: dict[str, Any], path: Cell, obj: dict[str, Any]) -> Any:
+def _cell(definition: dict[str, Any], path: Cell, obj: Obj) -> Any:
     if callable(path):
         return path(obj)
     if path is None:
-        return human_duration(obj.get("metadata", {}).get("creationTimestamp"))
+        return None
     value = _json_path(obj, path)
     if definition["type"] == "date":
-        return human_duration(value if isinstance(value, str) else None)
+        if not isinstance(value, str):
+            return None
+        parsed = printers.parse_time(value)
+        return printers.since(value) if parsed else "<invalid>"
     if value is None:
         return None
     if isinstance(value, dict | list):
@@ -130,24 +135,35 @@ def _cell(definition: dict[str, Any], path: Cell, obj: dict[str, Any]) -> Any:
     return value
 
 
+def _row(info: ResourceInfo, cols: list[tuple[dict[str, Any], Cell]], obj: Obj,
+         include: str) -> dict[str, Any]:  # fmt: skip
+    row: dict[str, Any] = {"cells": [_cell(d, p, obj) for d, p in cols]}
+    if info.builtin and (info.group, info.kind) == ("", "Pod"):
+        conditions = pod_printer.row_conditions(obj)
+        if conditions:
+            row["conditions"] = conditions
+    if include == "Object":
+        row["object"] = obj
+    elif include == "Metadata":
+        row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                         "metadata": obj.get("metadata", {})}  # fmt: skip
+    else:
+        row["object"] = None
+    return row
+
+
 def table(
-    info: ResourceInfo, objects: list[dict[str, Any]], list_meta: dict[str, Any]
+    info: ResourceInfo,
+    objects: list[Obj],
+    list_meta: dict[str, Any],
+    *,
+    include: str = "Metadata",
+    headers: bool = True,
 ) -> dict[str, Any]:
+    """The Table of `objects`; a watch sends the column definitions with its first event
+    only (`headers=False` after it), as kube-apiserver's watch encoder does."""
     cols = columns(info)
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": list_meta,
-        "columnDefinitions": [d for d, _ in cols],
-        "rows": [
-            {
-                "cells": [_cell(d, p, obj) for d, p in cols],
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": obj.get("metadata", {}),
-                },
-            }
-            for obj in objects
-        ],
-    }
+    out: dict[str, Any] = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta}
+    out["columnDefinitions"] = [d for d, _ in cols] if headers else None
+    out["rows"] = [_row(info, cols, obj, include) for obj in objects]
+    return out
