@@ -273,6 +273,9 @@ def daemon_set(cd_uid: str, settings: RenderSettings) -> dict[str, Any]:
                 "command": list(DAEMON_RUN_COMMAND),
                 "resources": {"claims": [{"name": names.DAEMON_POD_CLAIM_NAME}]},
                 "env": _daemon_env(settings),
+                # The image runs as 65532 (Dockerfile USER); the daemon writes the pod's
+                # /etc/hosts and the IMEX config in the root-owned /imexd mount.
+                "securityContext": {"runAsUser": 0, "runAsGroup": 0},
                 # About 20 minutes to start (IMEX waits for its peers), then about 20
                 # minutes of failed liveness checks before a restart.
                 "startupProbe": _probe(

@@ -150,7 +150,7 @@ class PluginApp:
         await self.servers.start()
         if cfg.healthcheck_port >= 0:
             self.health = HealthServer(cfg.healthcheck_port, cfg.registration_socket,
-                                       cfg.dra_socket)
+                                       cfg.dra_socket, address=cfg.healthcheck_address)
             await self.health.start()
         if cfg.http_endpoint and cfg.metrics_path:
             self.metrics_server = MetricsServer(self.metrics, cfg.http_endpoint,

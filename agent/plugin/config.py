@@ -33,6 +33,7 @@ class PluginConfig:
     registrar_dir: Path
     plugins_dir: Path
     healthcheck_port: int
+    healthcheck_address: str
     http_endpoint: str
     metrics_path: str
     gpu_clique_label: bool
@@ -128,6 +129,8 @@ def add_plugin_flags(
     serve = parser.add_argument_group("serving")
     option(serve, "--healthcheck-port", env=names.ENV_HEALTHCHECK_PORT, type=int, default=-1,
            help="gRPC health port: >0 that port, 0 a free port, <0 disabled")
+    option(serve, "--healthcheck-address", env=names.ENV_HEALTHCHECK_ADDRESS, default="",
+           help="address the gRPC health server binds (the pod IP); empty: every address")
     option(serve, "--http-endpoint", env=names.ENV_HTTP_ENDPOINT, default="",
            help="host:port for Prometheus metrics; empty disables")
     option(serve, "--metrics-path", env=names.ENV_METRICS_PATH, default="/metrics",
@@ -190,7 +193,8 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         nvidia_cdi_hook_path=args.nvidia_cdi_hook_path,
         registrar_dir=args.kubelet_registrar_directory_path,
         plugins_dir=args.kubelet_plugins_directory_path,
-        healthcheck_port=args.healthcheck_port, http_endpoint=args.http_endpoint,
+        healthcheck_port=args.healthcheck_port,
+        healthcheck_address=args.healthcheck_address.strip(), http_endpoint=args.http_endpoint,
         metrics_path=args.metrics_path, gpu_clique_label=args.gpu_clique_label_enabled,
         imex=imex, imex_host_socket_path=args.imex_host_socket_path,
         imex_ctl_chroot=args.imex_ctl_chroot, gates=gates, proc_devices=args.proc_devices_path,

@@ -46,18 +46,26 @@ class PluginHealth(health_pb2_grpc.HealthServicer):
 
 
 class HealthServer:
-    def __init__(self, port: int, registration_socket: Path, dra_socket: Path) -> None:
+    def __init__(
+        self, port: int, registration_socket: Path, dra_socket: Path, *, address: str = ""
+    ) -> None:
         self._port = port
+        self._address = address
         self._servicer = PluginHealth(registration_socket, dra_socket)
         self._server: grpc.aio.Server | None = None
         self.port = -1
 
     async def start(self) -> None:
-        self._server = grpc.aio.server()
+        # No SO_REUSEPORT: a second plugin on the same address and port is an error, not
+        # a silent share of the probes.
+        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(self._servicer, self._server)
-        self.port = self._server.add_insecure_port(f"[::]:{self._port}")
+        host = self._address or "[::]"
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        self.port = self._server.add_insecure_port(f"{host}:{self._port}")
         await self._server.start()
-        log.info("gRPC health server on port %d", self.port)
+        log.info("gRPC health server on %s port %d", self._address or "every address", self.port)
 
     async def stop(self) -> None:
         if self._server is not None:

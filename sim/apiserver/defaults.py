@@ -144,6 +144,30 @@ def _daemon_set(obj: Obj) -> None:
     spec.setdefault("revisionHistoryLimit", 10)
 
 
+def _deployment(obj: Obj) -> None:
+    """SetDefaults_Deployment (apps/v1): one replica, RollingUpdate 25%/25%."""
+    _template(obj)
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("replicas", 1)
+    strategy = spec.setdefault("strategy", {})
+    _set(strategy, "type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        rolling = strategy.setdefault("rollingUpdate", {})
+        rolling.setdefault("maxUnavailable", "25%")
+        rolling.setdefault("maxSurge", "25%")
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("progressDeadlineSeconds", 600)
+
+
+def _replica_set(obj: Obj) -> None:
+    _template(obj)
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        spec.setdefault("replicas", 1)
+
+
 def _device_request(request: Any) -> None:
     """SetDefaults_ExactDeviceRequest / _DeviceSubRequest (resource.k8s.io/v1)."""
     if not isinstance(request, dict):
@@ -188,6 +212,8 @@ DEFAULTS: Final[dict[tuple[str, str], Callable[[Obj], None]]] = {
     ("", "Pod"): _pod,
     ("", "PodTemplate"): lambda o: pod_spec((o.get("template") or {}).get("spec")),
     ("apps", "DaemonSet"): _daemon_set,
+    ("apps", "Deployment"): _deployment,
+    ("apps", "ReplicaSet"): _replica_set,
 }
 
 

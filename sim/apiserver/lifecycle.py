@@ -153,6 +153,8 @@ class Lifecycle:
         self._prepare_create_status(info, obj)
         if info.builtin and info.kind == "Pod":
             serviceaccounts.admit_pod(self._store, namespace, obj)
+        if info.builtin and info.kind == "Job":
+            _job_selector(obj)
         opts = opts or AdmitOptions()
         obj = self._admit(info, obj, None, opts)
         drop_empty_meta(meta(obj))
@@ -424,3 +426,24 @@ def _same(old: Obj, new: Obj) -> bool:
 
 
 __all__ = ["ApiError", "DeleteOptions", "Lifecycle", "now"]
+
+
+def _job_selector(job: Obj) -> None:
+    """kube-apiserver's Job strategy (PrepareForCreate): unless `manualSelector`, the
+    selector is the Job's own UID and the pod template carries the labels it selects, so
+    `kubectl logs job/x` finds exactly its pods."""
+    spec = job.get("spec")
+    if not isinstance(spec, dict) or spec.get("manualSelector"):
+        return
+    md = job["metadata"]
+    uid, name = md["uid"], md.get("name", "")
+    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    template = spec.setdefault("template", {})
+    tmd = template.setdefault("metadata", {})
+    labels = tmd.setdefault("labels", {})
+    labels.update({
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+    })

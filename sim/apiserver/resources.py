@@ -131,6 +131,7 @@ BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
         short=("deploy",),
         categories=("all",),
     ),
+    _r("apps", "v1", "ReplicaSet", "replicasets", status=True, short=("rs",), categories=("all",)),
     _r("batch", "v1", "Job", "jobs", status=True, categories=("all",)),
     _r("coordination.k8s.io", "v1", "Lease", "leases"),
     _r(

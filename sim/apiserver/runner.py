@@ -7,6 +7,10 @@ its single event loop in a thread of its own, so a blocking client call never st
 from __future__ import annotations
 
 import asyncio
+import functools
+import shutil
+import ssl
+import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -19,10 +23,24 @@ from sim.apiserver.server import ApiServer
 T = TypeVar("T")
 
 
+@functools.cache
+def _default_root_ca() -> str:
+    """A CA of this process for emulators started without one: every namespace still has
+    its kube-root-ca.crt, as on any cluster (kubelets mount it into pods)."""
+    from sim.controlplane.pki import ClusterPKI
+
+    directory = Path(tempfile.mkdtemp(prefix="emulator-ca-"))
+    try:
+        return ClusterPKI(directory).ca_pem.decode()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 class ServerThread:
     """An `ApiServer` serving on 127.0.0.1 from a daemon thread."""
 
     def __init__(self, **server_kwargs: Any) -> None:
+        server_kwargs.setdefault("root_ca_pem", _default_root_ca())
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="apiserver", daemon=True
@@ -30,6 +48,7 @@ class ServerThread:
         self._thread.start()
         self.server: ApiServer = self.call(lambda: ApiServer(**server_kwargs))
         self._running = False
+        self._tls: ssl.SSLContext | None = None
 
     def call(self, fn: Callable[[], T], timeout: float = 30) -> T:
         """Run `fn` on the server's loop (the store is not thread-safe) and return its result."""
@@ -43,8 +62,9 @@ class ServerThread:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result(timeout)
 
-    def start(self, port: int = 0) -> ServerThread:
-        self.run(self.server.start(port=port))
+    def start(self, port: int = 0, tls: ssl.SSLContext | None = None) -> ServerThread:
+        self._tls = tls
+        self.run(self.server.start(port=port, tls=tls))
         self._running = True
         return self
 
@@ -57,7 +77,7 @@ class ServerThread:
         """Stop and start again on the same port; the objects survive, open watches do not."""
         port = self.server.port
         self.stop()
-        self.start(port)
+        self.start(port, self._tls)
 
     def close(self) -> None:
         self.stop()

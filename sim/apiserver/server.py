@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,13 +23,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from sim.apiserver import discovery, errors, openapi, serviceaccounts, table
+from sim.apiserver import discovery, errors, openapi, protobuf_bodies, serviceaccounts, table
 from sim.apiserver.admission import FIELD_VALIDATION, Admission, AdmitOptions
 from sim.apiserver.admission_policies import AdmissionPolicies
 from sim.apiserver.authn import TokenAuthenticator, UserInfo
 from sim.apiserver.control import Faults, Stats, control
 from sim.apiserver.errors import ApiError
 from sim.apiserver.gc import GarbageCollector
+from sim.apiserver.kubeletproxy import KubeletProxy
 from sim.apiserver.label_selectors import SelectorError
 from sim.apiserver.lifecycle import DeleteOptions, Lifecycle
 from sim.apiserver.listwatch import JSON, json_response, list_response, selected_by, watch_stream
@@ -77,8 +79,14 @@ class ApiServer:
         watch_timeout_s: float = 1800.0,
         state_file: Path | None = None,
         authenticator: TokenAuthenticator | None = None,
+        root_ca_pem: str = "",
+        kubelet_client: tuple[str, str, str] | None = None,
     ) -> None:
         self.store = Store(history_window)
+        # Published as the kube-root-ca.crt ConfigMap of every namespace (pods' in-cluster CA).
+        self.root_ca_pem = root_ca_pem
+        # pods/log and pods/exec, relayed to kubelets with (CA, client certificate, key).
+        self.kubelets = KubeletProxy(self.store, kubelet_client)
         self.registry = ResourceRegistry()
         self.faults = Faults()
         self.stats = Stats()
@@ -97,6 +105,7 @@ class ApiServer:
         self._save_handle: asyncio.TimerHandle | None = None
         self.host = "127.0.0.1"
         self.port = 0
+        self.tls_port = 0  # the HTTPS listener for in-cluster clients, when started with TLS
         if state_file is not None and state_file.exists():
             self.store.restore(orjson.loads(state_file.read_bytes()))
         self._load_crds()
@@ -117,7 +126,15 @@ class ApiServer:
 
     # --- lifecycle -------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    async def start(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+        tls_port: int = 0,
+    ) -> None:
+        """Serve plain HTTP on host:port (the admin's insecure localhost port) and, given
+        `tls`, HTTPS on `tls_port` too: what pods reach as the `kubernetes` Service."""
         self.gc = GarbageCollector(self.store, self.lifecycle, self.registry.by_key)
         self.gc.start()
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -130,6 +147,12 @@ class ApiServer:
         await site.start()
         sockets = site._server.sockets  # type: ignore[union-attr]
         self.host, self.port = sockets[0].getsockname()[:2]
+        if tls is not None:
+            secure = web.TCPSite(
+                self._runner, host, tls_port or self.tls_port, ssl_context=tls, reuse_address=True
+            )
+            await secure.start()
+            self.tls_port = secure._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
         self.store.close_watches()
@@ -215,13 +238,21 @@ class ApiServer:
         self.store.put(CRD_KEY, new)
 
     def _ensure_default_account(self, namespace: str) -> None:
-        """kube-controller-manager's ServiceAccount controller: every namespace has its
-        `default` ServiceAccount (pods that name none use it)."""
+        """kube-controller-manager's ServiceAccount controller and root CA publisher: every
+        namespace has its `default` ServiceAccount (pods that name none use it) and the
+        kube-root-ca.crt ConfigMap (the CA of a pod's projected kube-api-access volume)."""
         key = ("", "serviceaccounts")
         if self.store.get(key, namespace, serviceaccounts.DEFAULT) is None:
             info = self.registry.lookup("", "v1", "serviceaccounts")
             assert info is not None
             self.lifecycle.create(info, namespace, serviceaccounts.default_account(namespace))
+        ca_map = self.store.get(("", "configmaps"), namespace, serviceaccounts.ROOT_CA_CONFIGMAP)
+        if self.root_ca_pem and ca_map is None:
+            info = self.registry.lookup("", "v1", "configmaps")
+            assert info is not None
+            self.lifecycle.create(
+                info, namespace, serviceaccounts.root_ca_configmap(namespace, self.root_ca_pem)
+            )
 
     def _namespace_exists(self, name: str) -> bool:
         ns = self.store.get(("", "namespaces"), "", name)
@@ -337,7 +368,7 @@ class ApiServer:
             sub
             and not (sub == "status" and info.status_subresource)
             and not (sub == "finalize" and info.kind == "Namespace")
-            and not (sub == "binding" and info.kind == "Pod" and info.builtin)
+            and not (sub in ("binding", "log", "exec") and info.kind == "Pod" and info.builtin)
             and not (sub == "token" and info.kind == "ServiceAccount" and info.builtin)
         ):
             raise not_found
@@ -385,9 +416,12 @@ class ApiServer:
         if user is None:
             return
         watch = t.watch or request.query.get("watch") in ("true", "1")
+        verb = verb_for(request.method, has_name=bool(t.name), watch=watch)
+        if t.subresource == "exec":  # a WebSocket exec is a GET, authorized as create
+            verb = "create"
         attrs = RequestAttributes(
             user=user,
-            verb=verb_for(request.method, has_name=bool(t.name), watch=watch),
+            verb=verb,
             api_group=t.info.group,
             resource=t.info.plural,
             subresource=t.subresource,
@@ -417,6 +451,12 @@ class ApiServer:
         method, q = request.method, request.query
         who = user.name if user is not None else ""
         dry_run = "All" in q.getall("dryRun", [])
+        if t.subresource == "log" and method == "GET":
+            self.stats.count("get", who)
+            return await self.kubelets.logs(request, t.namespace, t.name)
+        if t.subresource == "exec" and method in ("GET", "POST"):
+            self.stats.count("create", who)
+            return await self.kubelets.exec(request, t.namespace, t.name)
         if method == "GET":
             if t.name and not t.watch:
                 self.stats.count("get", who)
@@ -517,12 +557,15 @@ class ApiServer:
         if not raw:
             return None
         ctype = request.content_type
+        if ctype == protobuf_bodies.PROTOBUF:
+            # kubectl's create generators; answers stay JSON, which client-go accepts.
+            return protobuf_bodies.decode_body(raw)
         if "protobuf" in ctype or "cbor" in ctype:
             raise errors.ApiError(
                 415,
                 "UnsupportedMediaType",
-                f"the emulator accepts JSON bodies only, not {ctype} (kubectl: use `create -f` "
-                "with a manifest instead of the create generators)",
+                f"the emulator accepts JSON and Kubernetes protobuf bodies, not {ctype} "
+                "(kubectl: use `create -f` with a manifest)",
             )
         if ctype.endswith("yaml"):
             import yaml  # only apply-patch bodies are YAML
@@ -553,7 +596,10 @@ class ApiServer:
     ) -> web.Response:
         if table.wants_table(request.headers.get("Accept", "")):
             rv = obj.get("metadata", {}).get("resourceVersion", "")
-            response = self._json(table.table(info, [obj], {"resourceVersion": rv}), status)
+            include = table.include_object(request.query)
+            response = self._json(
+                table.table(info, [obj], {"resourceVersion": rv}, include=include), status
+            )
         else:
             response = self._json(obj, status)
         for warning in warnings or ():

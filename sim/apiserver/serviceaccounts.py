@@ -27,6 +27,12 @@ def default_account(namespace: str) -> Obj:
             "metadata": {"name": DEFAULT, "namespace": namespace}}  # fmt: skip
 
 
+def root_ca_configmap(namespace: str, ca_pem: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": namespace},
+            "data": {"ca.crt": ca_pem}}  # fmt: skip
+
+
 def _forbidden(namespace: str, pod: str, account: str) -> ApiError:
     return ApiError(
         403,

@@ -107,6 +107,16 @@ MERGE_KEYS: Mapping[tuple[str, str], Mapping[tuple[str, ...], str]] = MappingPro
                 **_under(("spec", "template"), _POD_TEMPLATE),
                 **_CONDITIONS,
             },
+            ("apps", "Deployment"): {
+                **_META,
+                **_under(("spec", "template"), _POD_TEMPLATE),
+                **_CONDITIONS,
+            },
+            ("apps", "ReplicaSet"): {
+                **_META,
+                **_under(("spec", "template"), _POD_TEMPLATE),
+                **_CONDITIONS,
+            },
             ("batch", "Job"): {
                 **_META,
                 **_under(("spec", "template"), _POD_TEMPLATE),

@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from sim.apiserver import errors, node_printers, pod_printer, printers, workload_printers
+from sim.apiserver import (
+    errors,
+    node_printers,
+    pod_printer,
+    printers,
+    replicaset_printer,
+    workload_printers,
+)
 from sim.apiserver.go_format import go_quote
 from sim.apiserver.printer_docs import CREATION_TIMESTAMP
 from sim.apiserver.printer_docs import NAME as NAME_DOC
@@ -36,6 +43,7 @@ _PRINTERS: Final[Mapping[tuple[str, str], Callable[[], list[Column]]]] = {
     ("", "ServiceAccount"): printers.name_and_age,
     ("apps", "DaemonSet"): workload_printers.daemon_set_columns,
     ("apps", "Deployment"): workload_printers.deployment_columns,
+    ("apps", "ReplicaSet"): replicaset_printer.replica_set_columns,
     ("batch", "Job"): workload_printers.job_columns,
     ("coordination.k8s.io", "Lease"): printers.lease_columns,
     ("scheduling.k8s.io", "PriorityClass"): printers.priority_class_columns,

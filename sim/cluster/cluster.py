@@ -1,4 +1,4 @@
-"""The simulated cluster: a control plane, nodes, and the real driver.
+"""The simulated cluster: a control plane, nodes, and the real driver run from its manifests.
 
 `SimCluster` puts the pieces of `sim/` together the way a real cluster is put together:
 
@@ -7,25 +7,31 @@
   kube-controller-manager and kube-scheduler (`kubernetes`, built by `make k8s`); either
   way authentication and RBAC are enforced;
 - the deploy manifests (`packaging/deploy`, the overlay of the IMEX mode) installed as an
-  admin would install them, except the controller Deployment and the agent DaemonSet,
-  whose programs run here as real processes on the "hosts" instead (with kubeconfigs
-  holding ServiceAccount tokens the API server issued, so the shipped RBAC is what they
-  get);
-- per node: host directories and fixtures (`NodeHost`), a loopback address, a kubelet
-  (`SimKubelet`) that registers the Node and heartbeats its Lease with the node's own
-  credentials, runs the daemon pods' `compute-domain-agent daemon run` as processes with
-  the fake `nvidia-imex` on PATH (each with a token bound to its pod) and serves the
-  kubelet API for `kubectl logs`, and the agent (`compute-domain-agent plugin`);
+  admin would install them, the controller Deployment and the kubelet-plugin DaemonSet
+  included: their pods are scheduled and run by the nodes' kubelets like any other, from
+  the pod spec and the image the Dockerfile builds (`images`), with ServiceAccount tokens
+  the API server issued for the pod;
+- per node: its own file system (`NodeHost.fs`: kubelet's directories, the CDI root, the
+  driver root with the fake `nvidia-imex`, the simulated kernel and GPU files), a loopback
+  address, and a kubelet (`SimKubelet`) that registers the Node with the node's own
+  credentials, runs every pod bound to it in a sandbox (`sandbox`) and serves the kubelet
+  API for `kubectl logs` and `kubectl exec`;
 - in host-managed mode, a fake host `nvidia-imex` per node that the admin would run.
 
+What the sim changes in the manifests, as an admin editing them for one machine would
+(`_sim_objects`): the agent reads the node's simulated kernel and GPU files through its
+driver-root mount, binds its health and metrics ports to its pod IP (every node shares
+this machine's network), cleans up and times out faster; the controller binds to its pod
+IP and resyncs faster. `ClusterSpec.controller_env` / `agent_env` are merged over that.
+
 With `ClusterSpec(in_process=True)` (scale: hundreds of nodes) the agents, the daemon
-containers and the fake `nvidia-imex` daemons run as tasks of this process instead, on the
-same driver code (`sim.cluster.inprocess`); the controller stays a process.
+containers and the fake `nvidia-imex` daemons run as tasks of this process instead, from
+the same pod specs (`sim.cluster.inprocess`); the controller and workloads stay processes.
 
 Tests that break the driver on purpose get the knobs an admin or an outage has:
-`ClusterSpec.controller_env` / `agent_env` override what the manifests set (as editing the
-Deployment or DaemonSet would), `stop_agent` / `start_agent` take a node's agent away and
-bring it back, and `slice_wipe_delay` is how long after an agent deregistered its kubelet
+`stop_agent` / `start_agent` stop a node's agent container and keep it stopped, then let
+it run again; `restart_agent` and `restart_controller` kill the program (the kubelet
+restarts it); `slice_wipe_delay` is how long after an agent deregistered its kubelet
 deletes the node's ResourceSlices (kubelet's 30 s by default).
 """
 
@@ -33,14 +39,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import math
-import os
+import shutil
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,11 +61,13 @@ from api.kube import call, call_retrying
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
 from sim.cluster.hostimex import HostImex
-from sim.cluster.inprocess import InProcessAgent, InProcessHost
-from sim.cluster.kubelet import WIPE_SLICES_AFTER, SimKubelet, container_env
+from sim.cluster.images import ImageCatalog, from_dockerfile, repository
+from sim.cluster.inprocess import InProcessHost
+from sim.cluster.kubelet import WIPE_SLICES_AFTER, SimKubelet
 from sim.cluster.node import NodeHost, node_ip, random_network
 from sim.cluster.nodestatus import NodeSpec
-from sim.cluster.processes import ManagedProcess, free_port
+from sim.cluster.podprogram import PodProgram
+from sim.cluster.processes import free_port
 from sim.controlplane import CONTROL_PLANES, EMULATOR, KUBERNETES
 from sim.controlplane.base import ControlPlane, Credentials
 from sim.fakeimex.install import install as install_fake_imex
@@ -69,6 +79,7 @@ Obj = dict[str, Any]
 MODES: Final = ("driverManaged", "hostManaged")
 NODES_PER_CLIQUE: Final = 18  # a GB200 NVL72 rack: 18 compute trays
 SIM_IMAGE: Final = "compute-domain-driver:sim"
+DOCKERFILE: Final = Path(__file__).resolve().parents[2] / "Dockerfile"
 SMALL_CLUSTER: Final = 16  # nodes up to which the daemons poll and heartbeat fast
 # Variables of ours that must come from the manifests, not from whoever started the sim.
 _DRIVER_ENV: Final = frozenset(
@@ -146,12 +157,13 @@ class ClusterSpec:
 
 @dataclass
 class SimNode:
-    """One node at run time: its host, address, kubelet and agent process."""
+    """One node at run time: its host, address, kubelet and agent (the node's
+    kubelet-plugin pod)."""
 
     host: NodeHost
     index: int
     kubelet: SimKubelet
-    agent: ManagedProcess | InProcessAgent
+    agent: PodProgram
     ip: str
     host_imex: HostImex | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -169,17 +181,22 @@ class SimCluster:
         self.spec = spec
         self.root = Path(spec.root)
         self.network = spec.network or random_network()
-        self.objects = manifests.render(manifests.overlay_path(spec.mode))
+        self.objects = self._sim_objects(manifests.render(manifests.overlay_path(spec.mode)))
         self.namespace = _single(self.objects, "Namespace")["metadata"]["name"]
         self.accounts = _service_accounts(self.objects)
         self.control_plane: ControlPlane = _control_plane(spec.control_plane, self.root)
         self.admin: client.ApiClient | None = None
         self.kubeconfigs: dict[str, Path] = {}
         self.nodes: dict[str, SimNode] = {}
-        self.controller: ManagedProcess | None = None
-        self.controller_port = 0
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sim")
         self.in_process = InProcessHost(spec.verbosity) if spec.in_process else None
+        self.images = self._image_catalog()
+        # Short paths to the nodes' file systems: a unix socket's path must stay under 108
+        # bytes, and the kubelets reach the agents' sockets through these (see _add_node).
+        self._aliases: Path | None = None
+        self.controller = self._program(
+            "Deployment", lambda: [n.kubelet for n in self.nodes.values()], "the controller"
+        )
 
     @property
     def host_managed(self) -> bool:
@@ -197,6 +214,46 @@ class SimCluster:
     def server_version(self) -> str:
         return self.control_plane.server_version()
 
+    # --- the manifests, edited for one machine ----------------------------------------
+
+    def _sim_objects(self, objects: list[Obj]) -> list[Obj]:
+        """The manifests with the env edits of the module doc (a copy)."""
+        out = copy.deepcopy(objects)
+        plugin = _single(out, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+        driver_root = _env_value(plugin, names.ENV_CONTAINER_DRIVER_ROOT) or (
+            names.DEFAULT_CONTAINER_DRIVER_ROOT
+        )
+        agent_env = {
+            names.ENV_HEALTHCHECK_ADDRESS: "$(POD_IP)",
+            names.ENV_HTTP_ENDPOINT: "$(POD_IP):8081",
+            names.ENV_GPU_CLIQUE_LABEL_ENABLED: "true",
+            "CLEANUP_INTERVAL": "2s",
+            # kubelet hears why a claim waits (an Event on the pod) after 8 s, not 45 s.
+            "PREPARE_TIMEOUT": "8s",
+            "LOG_VERBOSITY": str(self.spec.verbosity),
+            **NodeHost.hardware_env(driver_root),
+        }
+        if self.host_managed:  # the fake nvidia-imex-ctl runs this machine's Python
+            agent_env["IMEX_CTL_CHROOT"] = "false"
+        _set_env(plugin, {**agent_env, **self.spec.agent_env})
+        controller = _single(out, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        controller_env = {
+            names.ENV_HTTP_ENDPOINT: "$(POD_IP):8080",
+            names.ENV_LOG_VERBOSITY_CD_DAEMON: str(self.spec.verbosity),
+            "RESYNC_INTERVAL": "10s",
+        }
+        _set_env(controller, {**controller_env, **self.spec.controller_env})
+        return out
+
+    def _program(
+        self, kind: str, kubelets: Callable[[], Iterable[SimKubelet]], what: str
+    ) -> PodProgram:
+        workload = _single(self.objects, kind)
+        template = workload["spec"]["template"]
+        labels = template["metadata"].get("labels") or {}
+        container = template["spec"]["containers"][0]["name"]
+        return PodProgram(kubelets, self.namespace, labels, container, what)
+
     # --- bring-up --------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -211,21 +268,10 @@ class SimCluster:
         self.kubeconfigs["controller"] = admin.with_token(token).write_kubeconfig(
             self.root / "kubeconfigs" / "controller", namespace=self.namespace
         )
-        install_fake_imex(self.root / "bin")
         if self.in_process is not None:
             self.in_process.open()
         for index, (name, clique) in enumerate(self.spec.layout(), start=1):
             await self._add_node(name, index, clique)
-        self.controller_port = free_port("127.0.0.1")
-        controller_env = self._manifest_env(
-            "Deployment", "compute-domain-controller-sim", "", "127.0.0.1"
-        )
-        controller_env.update(self.spec.controller_env)
-        self.controller = ManagedProcess(
-            "controller", self._controller_argv(), self.root / "controller.log", controller_env
-        )
-        await self.controller.start()
-        await asyncio.gather(*(n.agent.start() for n in self.nodes.values()))
         await self.wait_ready()
         await self.control_plane.wait_settled()
 
@@ -264,13 +310,14 @@ class SimCluster:
         return credentials.write_kubeconfig(self.root / "users" / f"{name}.kubeconfig")
 
     def install_objects(self) -> list[Obj]:
-        """The manifests minus the controller Deployment and the agent DaemonSet (their
-        programs run as processes here)."""
-        return [o for o in self.objects if o.get("kind") not in ("Deployment", "DaemonSet")]
+        """Everything the manifests hold, the controller and the agent included."""
+        return list(self.objects)
 
     async def _add_node(self, name: str, index: int, clique: int | None) -> None:
         ip = node_ip(index, self.network)
         host = NodeHost(self.root / "nodes" / name, name, clique)
+        # The driver's programs of the node: nvidia-imex and nvidia-imex-ctl.
+        install_fake_imex(host.path("/usr/bin"))
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
         if clique is not None:
             labels["nvidia.com/gpu.present"] = "true"
@@ -282,15 +329,15 @@ class SimCluster:
             kubelet_port=free_port(ip),
             kubelet_version=plane.server_version(),
         )
+        fs = self._alias(host)
         kubelet = SimKubelet(
             plane.node_credentials(name).api_client(),
             name,
-            registry_dir=host.root / "registry",
+            registry_dir=fs / names.KUBELET_REGISTRY_DIR.lstrip("/"),
             cdi_dirs=[host.cdi_dir],
             pods_dir=host.pods_dir,
             pod_ip=ip,
             env_extra=self._daemon_env(),
-            path_extra=[self.root / "bin", Path(self.spec.agent_program).parent],
             probe_period_cap=1.0,
             backoff_base=0.5,
             backoff_cap=5.0,
@@ -299,35 +346,33 @@ class SimCluster:
             node=node_spec,
             tls=plane.kubelet_tls(name, ip),
             server=Credentials(plane.admin.server, plane.admin.ca_file),
+            images=self.images,
+            in_cluster=plane.in_cluster(),
+            host_root=fs,
         )
-        # The kubelet registers its Node before the plugin runs: the plugin's token is
-        # bound to that Node, which is what scopes it to this node (policies-kubelet-plugin).
         await kubelet.register()
-        kubeconfig = await self._agent_kubeconfig(name)
-        env = self._manifest_env(
-            "DaemonSet", f"compute-domain-kubelet-plugin-{name}", name, ip
-        )
-        env[names.ENV_KUBECONFIG] = str(kubeconfig)
-        env.update(self.spec.agent_env)
-        argv = self._agent_argv(host, ip, kubeconfig)
-        agent: ManagedProcess | InProcessAgent
-        if self.in_process is not None:
-            agent = self.in_process.agent(f"agent-{name}", argv, host.root / "agent.log", env)
-        else:
-            agent = ManagedProcess(f"agent-{name}", argv, host.root / "agent.log", env)
+        await self._agent_kubeconfig(name)
+        agent = self._program("DaemonSet", lambda: [kubelet], f"the agent on {name}")
         node = SimNode(host, index, kubelet, agent, ip, labels=labels)
         if self.host_managed:
-            node.host_imex = HostImex(host, ip, self.root / "bin")
+            node.host_imex = HostImex(host, ip)
         self.nodes[name] = node
         kubelet.start()
         if node.host_imex is not None:
             await node.host_imex.start(peers=self._clique_peers(clique))
 
+    def _alias(self, host: NodeHost) -> Path:
+        """A short path (a link under /tmp) to the node's file system."""
+        if self._aliases is None:
+            self._aliases = Path(tempfile.mkdtemp(prefix="cds-", dir="/tmp"))
+        link = self._aliases / str(len(list(self._aliases.iterdir())) + 1)
+        link.symlink_to(host.fs.resolve())
+        return link
+
     async def _agent_kubeconfig(self, node: str) -> Path:
         """A kubeconfig of the kubelet plugin's ServiceAccount with a token bound to Node
-        `node`: the API server puts the node's name into the token's user info, as it does
-        for the DaemonSet's pod-bound tokens (what a systemd install gets with `kubectl
-        create token --bound-object-kind Node`)."""
+        `node`, what a systemd install of the agent gets (`kubectl create token
+        --bound-object-kind Node`); tests use it to act as that node's agent."""
         assert self.admin is not None
         found = await call_retrying(client.CoreV1Api(self.admin).read_node, node)
         ref = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": found.metadata.uid}
@@ -338,6 +383,25 @@ class SimCluster:
         ).write_kubeconfig(path, namespace=self.namespace)
         return path
 
+    def _image_catalog(self) -> ImageCatalog:
+        """The project's image as its Dockerfile builds it, under every reference the
+        manifests and the controller use, with this checkout's programs inside."""
+        programs = {
+            "compute-domain-agent": Path(self.spec.agent_program),
+            "compute-domain-controller": Path(self.spec.controller_program),
+        }
+        # A venv's console scripts need the venv, its base interpreter and the sources.
+        runtime = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.executable)}
+        runtime.add(str(DOCKERFILE.parent))
+        image = from_dockerfile(DOCKERFILE, SIM_IMAGE, programs, sorted(runtime))
+        refs = {SIM_IMAGE} | {
+            str(c["image"])
+            for o in self.objects
+            if o.get("kind") in ("Deployment", "DaemonSet")
+            for c in o["spec"]["template"]["spec"].get("containers") or ()
+        }
+        return ImageCatalog(image, frozenset(repository(r) for r in refs))
+
     def _clique_peers(self, clique: int | None) -> list[str]:
         """Addresses of the fabric nodes of `clique` (the host IMEX nodes config)."""
         return [
@@ -347,9 +411,8 @@ class SimCluster:
         ]
 
     def _daemon_env(self) -> dict[str, str]:
-        """What the daemon pods' containers get beyond their pod spec (and the kubeconfig
-        of the token their kubelet requested for them): the fake IMEX's knobs;
-        `{pod_dir}` is each pod's own directory.
+        """What the project image's containers get beyond their pod spec: the fake IMEX's
+        knobs; `{pod_dir}` is each pod's own directory.
 
         Small clusters poll and heartbeat fast so a demo is snappy. Large ones keep the
         daemon's production poll interval (1 s), and a slower fake heartbeat: on one
@@ -367,51 +430,9 @@ class SimCluster:
         }
         return {k: v for k, v in env.items() if v}
 
-    def _manifest_env(self, kind: str, pod_name: str, node: str, ip: str) -> dict[str, str]:
-        """The environment the manifests give the container of the `kind` workload, as
-        kubelet would resolve it for a pod `pod_name` on `node`: the mode, feature gates
-        and settings an admin chose reach the programs exactly as in a real cluster."""
-        workload = _single(self.objects, kind)
-        container = workload["spec"]["template"]["spec"]["containers"][0]
-        pod = {"metadata": {"name": pod_name, "namespace": self.namespace, "uid": pod_name}}
-        env = {k: v for k, v in os.environ.items() if k not in _DRIVER_ENV}
-        env.update(container_env(container, pod, node, ip))
-        return env
-
-    def _agent_argv(self, host: NodeHost, ip: str, kubeconfig: Path) -> list[str]:
-        """The DaemonSet's command with this node's host paths as flags (flags win over
-        the manifest env): on a real node they are the hostPath mounts."""
-        argv = [
-            str(self.spec.agent_program),
-            "plugin",
-            "-v", str(self.spec.verbosity),
-            *host.agent_args(kubeconfig, self.namespace),
-            "--gpu-clique-label-enabled", "true",
-            "--cleanup-interval", "2s",
-            # kubelet hears why a claim waits (an Event on the pod) after 8 s, not 45 s.
-            "--prepare-timeout", "8s",
-            # Every node shares this machine's ports: health on a free one, metrics on
-            # the node's own address.
-            "--healthcheck-port", "0",
-            "--http-endpoint", f"{ip}:8081",
-        ]  # fmt: skip
-        if self.host_managed:
-            argv += ["--imex-ctl-chroot", "false"]
-        return argv
-
-    def _controller_argv(self) -> list[str]:
-        return [
-            str(self.spec.controller_program),
-            "--kubeconfig", str(self.kubeconfigs["controller"]),
-            "--image-name", SIM_IMAGE,
-            "--log-verbosity-cd-daemon", str(self.spec.verbosity),
-            "--resync-interval", "10s",
-            "--http-endpoint", f"127.0.0.1:{self.controller_port}",
-        ]  # fmt: skip
-
     async def wait_ready(self, timeout: float = 60.0) -> None:
-        """Until the controller leads with synced caches and every agent is registered
-        with its kubelet (what Ready driver pods mean on a real cluster)."""
+        """Until every agent is registered with its kubelet and the controller's pod is
+        Ready (it leads, with synced caches): what Ready driver pods mean on a cluster."""
         deadline = time.monotonic() + timeout
         for node in self.nodes.values():
             left = max(0.1, deadline - time.monotonic())
@@ -422,21 +443,15 @@ class SimCluster:
                     f"the agent on {node.name} did not register with kubelet: {err}\n"
                     + node.agent.log_tail()
                 ) from None
-        url = f"http://127.0.0.1:{self.controller_port}/readyz"
-        while True:
-            body = await asyncio.to_thread(_get, url)
-            if body == "ok":
-                return
-            if time.monotonic() > deadline:
-                tail = self.controller.log_tail() if self.controller else ""
-                raise RuntimeError(f"the controller is not ready ({body!r}):\n{tail}")
-            await asyncio.sleep(0.1)
+        await self.controller.wait_ready(max(0.1, deadline - time.monotonic()))
+
+    def agent_log(self, node: str) -> str:
+        """Everything the node's agent logged, across its restarts."""
+        return self.nodes[node].agent.log_text()
 
     async def restart_agent(self, node: str, *, kill: bool = True) -> None:
-        """SIGKILL (or stop) the node's agent and start it again on the same state."""
-        agent = self.nodes[node].agent
-        await (agent.kill() if kill else agent.stop())
-        await agent.start()
+        """SIGKILL (or SIGTERM) the node's agent; returns once its kubelet runs it again."""
+        await self.nodes[node].agent.restart(kill=kill)
 
     async def stop_agent(self, node: str, timeout: float = 10.0) -> None:
         """Stop the node's agent gracefully (SIGTERM: it removes its sockets) and keep it
@@ -450,28 +465,22 @@ class SimCluster:
         """Start a stopped agent again on the same state; returns once its kubelet has
         registered it (which also calls off a pending slice wipe)."""
         sim_node = self.nodes[node]
-        await sim_node.agent.start()
+        await sim_node.agent.start(timeout)
         try:
             await sim_node.kubelet.watcher.wait_registered(names.DRIVER_NAME, timeout=timeout)
         except TimeoutError as err:
             raise RuntimeError(f"{err}\n{sim_node.agent.log_tail()}") from None
 
     async def restart_controller(self, *, kill: bool = True) -> None:
-        assert self.controller is not None
-        await (self.controller.kill() if kill else self.controller.stop())
-        await self.controller.start()
+        await self.controller.restart(kill=kill)
 
     # --- tear-down -------------------------------------------------------------------
 
     async def stop(self) -> None:
         """Stop everything this cluster started; safe to call after a failed start."""
-        with contextlib.suppress(Exception):
-            if self.controller is not None:
-                await self.controller.stop()
         await asyncio.gather(
             *(n.kubelet.stop() for n in self.nodes.values()), return_exceptions=True
         )
-        await asyncio.gather(*(n.agent.stop() for n in self.nodes.values()), return_exceptions=True)
         if self.in_process is not None:
             with contextlib.suppress(Exception):
                 await self.in_process.close()
@@ -485,13 +494,33 @@ class SimCluster:
             self.admin.close()
             self.admin = None
         await self.control_plane.stop()
+        if self._aliases is not None:
+            shutil.rmtree(self._aliases, ignore_errors=True)
+            self._aliases = None
 
-    def processes(self) -> list[ManagedProcess]:
+    def processes(self) -> list[Any]:
         """The processes this cluster runs: the driver's programs (in-process agents are
-        not processes) and the upstream control plane's components."""
-        out = [n.agent for n in self.nodes.values() if isinstance(n.agent, ManagedProcess)]
+        not processes) and the upstream control plane's components; each has `name` and
+        `pid`."""
+        out: list[Any] = [n.agent for n in self.nodes.values() if n.agent.pid is not None]
         out += self.control_plane.processes()
-        return out + ([self.controller] if self.controller is not None else [])
+        return out + ([self.controller] if self.controller.pid is not None else [])
+
+
+def _env_value(container: Obj, name: str) -> str | None:
+    for item in container.get("env") or ():
+        if item.get("name") == name and item.get("value") is not None:
+            return str(item["value"])
+    return None
+
+
+def _set_env(container: Obj, values: Mapping[str, str]) -> None:
+    """Set `values` in the container's env (replacing entries of the same name), with
+    POD_IP from the downward API first so that `$(POD_IP)` expands."""
+    env = [e for e in container.get("env") or () if e.get("name") not in values]
+    env = [e for e in env if e.get("name") != "POD_IP"]
+    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    container["env"] = [pod_ip, *env, *({"name": k, "value": v} for k, v in values.items())]
 
 
 def _control_plane(kind: str, root: Path) -> ControlPlane:

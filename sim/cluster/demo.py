@@ -348,7 +348,8 @@ def render_text(result: DemoResult) -> str:
     for item in result.leftovers:
         lines.append(f"left behind: {item}")
     if not result.ok and result.cluster.get("root"):
-        lines.append(f"logs: {result.cluster['root']} (controller.log, nodes/*/agent.log, ...)")
+        root = result.cluster["root"]
+        lines.append(f"logs: {root}/nodes/*/pods/<namespace>_<pod>/<container>.log")
     lines.append("PASS" if result.ok else f"FAIL: {result.failed_step}")
     return "\n".join(lines)
 

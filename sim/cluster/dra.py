@@ -81,8 +81,10 @@ def choose_version(offered: Iterable[str]) -> str:
     )
 
 
-def validate_info(info: reg.PluginInfo) -> RegisteredPlugin:
-    """Check a GetInfo answer the way kubelet's DRA handler does before accepting it."""
+def validate_info(info: reg.PluginInfo, host_root: Path | None = None) -> RegisteredPlugin:
+    """Check a GetInfo answer the way kubelet's DRA handler does before accepting it.
+    The endpoint is a path of the node; under `host_root` when the node has its own "/"
+    (a plugin running in a container names the path it sees, which is the node's)."""
     if info.type != DRA_PLUGIN_TYPE:
         raise RegistrationError(f"no handler registered for plugin type: {info.type!r}")
     if not info.name:
@@ -90,6 +92,8 @@ def validate_info(info: reg.PluginInfo) -> RegisteredPlugin:
     if not info.endpoint:
         raise RegistrationError(f"plugin {info.name}: endpoint is empty")
     endpoint = Path(info.endpoint)
+    if host_root is not None and endpoint.is_absolute() and not endpoint.is_relative_to(host_root):
+        endpoint = host_root / info.endpoint.lstrip("/")
     if not endpoint.is_absolute() or not endpoint.exists():
         raise RegistrationError(f"plugin {info.name}: endpoint {info.endpoint} does not exist")
     version = choose_version(info.supported_versions)
@@ -125,8 +129,10 @@ class PluginWatcher:
         *,
         on_registered: Callable[[str], None] | None = None,
         on_deregistered: Callable[[str], None] | None = None,
+        host_root: Path | None = None,
     ) -> None:
         self.registry_dir = Path(registry_dir)
+        self.host_root = host_root
         self.poll = poll
         self.on_registered = on_registered
         self.on_deregistered = on_deregistered
@@ -197,7 +203,7 @@ class PluginWatcher:
             except grpc.aio.AioRpcError:
                 return False
             try:
-                plugin = validate_info(info)
+                plugin = validate_info(info, self.host_root)
             except RegistrationError as err:
                 self.refused[path] = str(err)
                 await self._notify(stub, False, str(err))

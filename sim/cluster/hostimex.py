@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Final
 
 from sim.cluster.node import NodeHost
@@ -25,19 +23,14 @@ SOCKET: Final = "/etc/nvidia-imex/imex_ctrl.sock"
 class HostImex:
     """Start, stop and reconfigure one node's host IMEX daemon."""
 
-    def __init__(self, host: NodeHost, address: str, bin_dir: Path) -> None:
+    def __init__(self, host: NodeHost, address: str) -> None:
+        """`nvidia-imex` and `nvidia-imex-ctl` are the node's, in its /usr/bin."""
         self.host = host
         self.address = address
-        self.driver_root = host.root / "driver-root"
-        self.socket_path = self.driver_root / SOCKET.lstrip("/")
+        self.driver_root = host.fs
+        self.socket_path = host.path(SOCKET)
         self.process: ManagedProcess | None = None
         self.knobs: dict[str, str] = {}
-        self._bin_dir = bin_dir
-        # `nvidia-imex-ctl` where the agent finds it: the driver root's /usr/bin.
-        usr_bin = self.driver_root / "usr" / "bin"
-        usr_bin.mkdir(parents=True, exist_ok=True)
-        for program in ("nvidia-imex", "nvidia-imex-ctl"):
-            shutil.copy2(bin_dir / program, usr_bin / program)
 
     async def start(self, peers: Sequence[str], **knobs: str) -> None:
         """Run it with `peers` (addresses, ours included) and FAKE_IMEX_* `knobs`, e.g.

@@ -10,8 +10,10 @@ loop instead; only the process boundary is replaced, through hooks the driver ex
   argv and environment the agent process would get (`InProcessAgent`);
 - daemon containers: the kubelet's `ContainerExecutor` hook (`InProcessExecutor`) runs
   `compute-domain-agent daemon run` as `agent.cli.run_daemon` and the exec probe
-  `daemon check` as `agent.cli.check_daemon`, each given the container's env as a mapping;
-  SIGTERM sets the daemon's stop event;
+  `daemon check` as `agent.cli.check_daemon`, each given the container's env as a mapping
+  (with no mount namespace, the host paths of its /imexd and /etc/hosts mounts and a
+  kubeconfig file reach it as IMEXD_DIR, HOSTS_FILE and KUBECONFIG); SIGTERM sets the
+  daemon's stop event; every other container (workloads) runs as a sandboxed process;
 - fake `nvidia-imex` (module `inprocess_imex`): the supervisor's `ImexLauncher` hook
   (`InProcessImexLauncher`) runs `sim.fakeimex`'s daemon as a task; signals go to its
   handlers, its log lines feed the stdout reader the supervisor forwards, and strays are
@@ -42,9 +44,10 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from agent import cli as agent_cli
-from api import kube
+from api import kube, names
 from api.cli import program_parser
 from sim.cluster.inprocess_imex import KILLED, InProcessCtl, InProcessImexLauncher
+from sim.cluster.sandbox import Launch, SandboxExecutor
 
 log = logging.getLogger(__name__)
 
@@ -153,16 +156,83 @@ class _TaskContainer:
             self.stop.set()
 
 
+def _host_value(value: str, launch: Launch) -> str:
+    """A container path in an env value (or after `fixture:`) as the host path that is
+    mounted there: what the program would have opened through its mounts."""
+    prefix, sep, rest = value.partition(":")
+    if sep and prefix == "fixture":
+        return f"fixture:{_host_value(rest, launch)}"
+    if not value.startswith("/"):
+        return value
+    best: tuple[int, str] | None = None
+    for mount in launch.mounts:
+        target = mount.target.rstrip("/") or "/"
+        if mount.type != "bind" or not (value == target or value.startswith(target + "/")):
+            continue
+        if best is None or len(target) > best[0]:
+            tail = value[len(target):].lstrip("/")
+            best = (len(target), str(Path(mount.source) / tail) if tail else mount.source)
+    return best[1] if best is not None else value
+
+
+def task_env(launch: Launch) -> dict[str, str]:
+    """The container's env plus what its mounts and credentials would have given it."""
+    env = dict(launch.env)
+    for path, variable in ((names.IMEXD_DIR, "IMEXD_DIR"), ("/etc/hosts", "HOSTS_FILE")):
+        host = launch.host_path(path)
+        if host is not None:
+            env[variable] = host
+    if launch.kubeconfig:
+        env[names.ENV_KUBECONFIG] = launch.kubeconfig
+    return env
+
+
+class _AgentTask:
+    """An agent container running as a task: SIGTERM sets its stop event, SIGKILL cancels
+    it (its cleanup still runs)."""
+
+    def __init__(self, agent: InProcessAgent) -> None:
+        self.agent = agent
+
+    @property
+    def returncode(self) -> int | None:
+        return self.agent.returncode
+
+    async def wait(self) -> int:
+        task = self.agent.task
+        if task is not None:
+            await asyncio.wait([task])  # never raises: a cancelled agent is an exit too
+        code = self.agent.returncode
+        return KILLED if code is None else code
+
+    def signal(self, sig: int) -> None:
+        task = self.agent.task
+        if task is None or task.done():
+            return
+        if sig == signal.SIGKILL:
+            task.cancel()
+        elif self.agent._stop is not None:
+            self.agent._stop.set()
+
+
 class InProcessExecutor:
     """`ContainerExecutor` running `compute-domain-agent daemon run` / `daemon check` as
-    coroutines given the container's environment."""
+    coroutines given the container's environment; other containers go to `fallback`."""
 
     def __init__(self, launcher: InProcessImexLauncher, ctl: InProcessCtl, router: LogRouter):
         self.launcher = launcher
         self.ctl = ctl
         self.router = router
+        self.fallback = SandboxExecutor()
         self._parsed: OrderedDict[tuple[Any, ...], argparse.Namespace] = OrderedDict()
         self.containers: set[_TaskContainer] = set()
+
+    @staticmethod
+    def runs(launch: Launch) -> bool:
+        """The project's image running the agent: a task here; anything else a process."""
+        return launch.image_known and len(launch.argv) > 1 and (
+            Path(launch.argv[0]).name == agent_cli.PROG
+        ) and launch.argv[1] in ("plugin", "daemon")
 
     def _parse(self, argv: list[str], env: Mapping[str, str], err: IO[str]) -> argparse.Namespace:
         """The agent's command line as the process would parse it (flags over `env`);
@@ -196,7 +266,15 @@ class InProcessExecutor:
             raise FileNotFoundError(f"in-process: only `{agent_cli.PROG} daemon {want}` runs here")
         return args
 
-    async def start(self, argv: list[str], env: dict[str, str], log_path: Path) -> _TaskContainer:
+    async def start(self, launch: Launch, log_path: Path) -> Any:
+        if not self.runs(launch):
+            return await self.fallback.start(launch, log_path)
+        if launch.argv[1] == "plugin":
+            env = {k: _host_value(v, launch) for k, v in task_env(launch).items()}
+            agent = InProcessAgent(log_path.parent.name, launch.argv, log_path, env, self.router)
+            await agent.start()
+            return _AgentTask(agent)
+        argv, env = list(launch.argv), task_env(launch)
         stream = _open_log(log_path)
         container = _TaskContainer(asyncio.Event())
         try:
@@ -238,7 +316,13 @@ class InProcessExecutor:
         container.task.add_done_callback(done)
         return container
 
-    async def probe(self, argv: list[str], env: dict[str, str], timeout: float) -> bool:
+    async def probe(
+        self, container: Any, launch: Launch, argv: Sequence[str], timeout: float
+    ) -> bool:
+        if not isinstance(container, _TaskContainer):
+            return await self.fallback.probe(container, launch, argv, timeout)
+        env = task_env(launch)
+        argv = list(argv)
         sink = io.StringIO()
         try:
             args = self._daemon_args(argv, env, sink, "check")
@@ -254,6 +338,12 @@ class InProcessExecutor:
         except TimeoutError:
             return False
         return code == 0
+
+    async def exec(self, container: Any, launch: Launch, argv: Sequence[str], **pipes: Any) -> Any:
+        """`kubectl exec` into a workload; a daemon running as a task has no process."""
+        if isinstance(container, _TaskContainer):
+            raise RuntimeError("exec into an in-process daemon container is not possible")
+        return await self.fallback.exec(container, launch, argv, **pipes)
 
     async def stop_all(self, grace: float = 5.0) -> None:
         """SIGTERM every daemon container still running, cancel it after `grace`."""

@@ -1,23 +1,33 @@
-"""The kubelet's HTTPS API, the part kube-apiserver calls: container logs.
+"""The kubelet's HTTPS API, the part the API server calls: container logs and exec.
 
-`kubectl logs` asks kube-apiserver for `pods/log`; kube-apiserver dials the node's
-InternalIP at the port in `status.daemonEndpoints.kubeletEndpoint` and GETs
+`kubectl logs` asks the API server for `pods/log`; it dials the node's InternalIP at the
+port in `status.daemonEndpoints.kubeletEndpoint` and GETs
 `/containerLogs/<namespace>/<pod>/<container>`, presenting its kubelet client
 certificate, and checks this server's certificate against the cluster CA. The logs are
-what the kubelet wrote for each executed container (`<pods_dir>/<ns>_<pod>/<container>.log`,
-all restarts in one file); a container the sim does not execute has an empty log.
-`follow`, `tailLines` and `limitBytes` work as on kubelet.
+what each container's current run wrote (`<pods_dir>/<ns>_<pod>/<container>.log`), or
+with `previous` the run before. `follow` (until that run ends), `tailLines` and
+`limitBytes` work as on kubelet.
+
+`kubectl exec` becomes `/exec/<namespace>/<pod>/<container>?command=...` over WebSocket
+(the `v5.channel.k8s.io` / `v4.channel.k8s.io` protocols of kubelet's streaming server):
+binary messages whose first byte is the stream (0 stdin, 1 stdout, 2 stderr, 3 the final
+Status, 4 resize; in v5, 255 closes the stream named by the second byte). The command
+runs inside the container (`sandbox.SandboxExecutor.exec`); a non-zero exit is reported
+as kubelet reports it, so kubectl exits with the same code. No TTY: `-t` is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 # (namespace, pod) -> the pod's containers and log directory, or None if not on this node;
 # `alive` says whether the pod still runs (a follow ends with it).
@@ -25,13 +35,26 @@ PodLookup = Callable[[str, str], "PodLogs | None"]
 _FOLLOW_POLL = 0.2
 
 
+# (container, argv, with stdin) -> the started process (stdout/stderr/stdin pipes).
+Exec = Callable[[str, Sequence[str], bool], Awaitable[asyncio.subprocess.Process]]
+EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+_STDIN, _STDOUT, _STDERR, _ERROR, _RESIZE, _CLOSE = 0, 1, 2, 3, 4, 255
+
+
 class PodLogs:
     """What the API needs of one pod on this node."""
 
-    def __init__(self, containers: list[str], directory: Path, alive: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        containers: list[str],
+        directory: Path,
+        alive: Callable[[], bool],
+        exec_in: Exec | None = None,
+    ) -> None:
         self.containers = containers
         self.directory = directory
         self.alive = alive
+        self.exec_in = exec_in
 
 
 def _text(status: int, message: str) -> web.Response:
@@ -66,6 +89,8 @@ class KubeletServer:
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._logs)
+        for method in ("GET", "POST"):
+            app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", self._exec)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(
@@ -98,6 +123,14 @@ class KubeletServer:
         limit = _int_param(request, "limitBytes")
         follow = request.query.get("follow") in ("true", "1")
         path = pod.directory / f"{container}.log"
+        if request.query.get("previous") in ("true", "1"):
+            path = pod.directory / f"{container}.previous.log"
+            follow = False
+            if not path.exists():
+                return _text(
+                    400, f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+        inode = _inode(path)
         data = _read(path)
         offset = len(data)
         if tail is not None:
@@ -109,26 +142,74 @@ class KubeletServer:
         await response.prepare(request)
         await response.write(data)
         if follow and (limit is None or len(data) < limit):
-            await self._follow(response, path, pod, offset, limit, len(data))
+            await self._follow(response, path, pod, (offset, inode), limit, len(data))
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
+
+    async def _exec(self, request: web.Request) -> web.StreamResponse:
+        namespace, name, container = (
+            request.match_info["namespace"],
+            request.match_info["pod"],
+            request.match_info["container"],
+        )
+        pod = self.lookup(namespace, name)
+        if pod is None or pod.exec_in is None:
+            return _text(404, f'pod "{name}" in namespace "{namespace}" not found on this node')
+        if container not in pod.containers:
+            return _text(400, f'container "{container}" in pod "{name}" is not valid')
+        argv = request.query.getall("command", [])
+        if not argv:
+            return _text(400, "you must specify at least 1 command")
+        if request.query.get("tty") in ("1", "true"):
+            return _text(400, "a TTY is not supported by the simulated kubelet; leave out -t")
+        ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, max_msg_size=0)
+        if not ws.can_prepare(request).ok:
+            return _text(400, f"exec needs a WebSocket upgrade to {' or '.join(EXEC_PROTOCOLS)}")
+        await ws.prepare(request)
+        with_stdin = request.query.get("stdin") in ("1", "true")
+        try:
+            proc = await pod.exec_in(container, argv, with_stdin)
+        except Exception as err:
+            await _send(ws, _ERROR, json.dumps(_failure(str(err))).encode())
+            await ws.close()
+            return ws
+        feeder = asyncio.create_task(_feed(ws, proc, ws.ws_protocol == EXEC_PROTOCOLS[0]))
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            await asyncio.gather(_pump(proc.stdout, ws, _STDOUT), _pump(proc.stderr, ws, _STDERR))
+            code = await proc.wait()
+            await _send(ws, _ERROR, json.dumps(exit_status(code, argv)).encode())
+        finally:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+            if proc.returncode is None:  # the client went away: so does the command
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 9)
+                await proc.wait()
+            await ws.close()
+        return ws
 
     async def _follow(
         self,
         response: web.StreamResponse,
         path: Path,
         pod: PodLogs,
-        offset: int,
+        start: tuple[int, int],
         limit: int | None,
         sent: int,
     ) -> None:
-        """Stream what the container appends until the pod ends or the client goes."""
+        """Stream what the container appends until its run ends (a restart starts a new
+        log file), the pod ends or the client goes."""
+        offset, inode = start
         while pod.alive() and not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), _FOLLOW_POLL)
             chunk = _read(path, offset)
             if not chunk:
+                if _inode(path) != inode:
+                    return
                 continue
             offset += len(chunk)
             if limit is not None:
@@ -142,6 +223,13 @@ class KubeletServer:
                 return
 
 
+def _inode(path: Path) -> int:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return 0
+
+
 def _read(path: Path, offset: int = 0) -> bytes:
     try:
         with path.open("rb") as handle:
@@ -149,3 +237,48 @@ def _read(path: Path, offset: int = 0) -> bytes:
             return handle.read()
     except FileNotFoundError:
         return b""
+
+
+async def _send(ws: web.WebSocketResponse, channel: int, data: bytes) -> None:
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        await ws.send_bytes(bytes([channel]) + data)
+
+
+async def _pump(stream: asyncio.StreamReader, ws: web.WebSocketResponse, channel: int) -> None:
+    while chunk := await stream.read(65536):
+        await _send(ws, channel, chunk)
+
+
+async def _feed(ws: web.WebSocketResponse, proc: asyncio.subprocess.Process, v5: bool) -> None:
+    """The client's stdin into the command; v5's close message ends it (EOF)."""
+    stdin = proc.stdin
+    async for message in ws:
+        if message.type != WSMsgType.BINARY or not message.data:
+            continue
+        data: bytes = message.data
+        if data[0] == _STDIN and stdin is not None and not stdin.is_closing():
+            stdin.write(data[1:])
+            with contextlib.suppress(ConnectionError):
+                await stdin.drain()
+        elif v5 and data[0] == _CLOSE and data[1:2] == bytes([_STDIN]) and stdin is not None:
+            stdin.close()
+    if proc.returncode is None and stdin is not None:
+        stdin.close()
+
+
+def exit_status(code: int, argv: Sequence[str]) -> dict[str, Any]:
+    """The Status kubelet sends on the error stream when an exec'd command ends."""
+    if code == 0:
+        return {"metadata": {}, "status": "Success"}
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": f"command terminated with non-zero exit code: error executing command "
+        f"[{' '.join(argv)}], exit code {code}",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+    }
+
+
+def _failure(message: str) -> dict[str, Any]:
+    return {"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError"}

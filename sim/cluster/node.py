@@ -74,9 +74,20 @@ def nvml_fixture(node: str, clique: int | None, gpus: int = GPUS_PER_NODE) -> di
     return {"driverVersion": DRIVER_VERSION, "gpus": gpu_list}
 
 
+# Where a node keeps what the agent reads, as paths of the node ("/" is `NodeHost.fs`).
+PROC_DEVICES_PATH: Final = "/proc/devices"
+FABRIC_IMEX_MGMT_PATH: Final = "/proc/driver/nvidia/capabilities/fabric-imex-mgmt"
+BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
+NVML_FIXTURE_PATH: Final = "/etc/compute-domain-sim/nvml.json"
+
+
 @dataclass
 class NodeHost:
-    """The host directories of one node, created on construction."""
+    """One node's file system, created on construction: `fs` is the node's "/", holding
+    kubelet's plugin and registry directories and the CDI root at their real paths, the
+    driver root's programs (the fake `nvidia-imex`), and the files a GB200 node's kernel
+    and driver expose (`/proc/devices`, the fabric management capability, the boot ID) and
+    the NVML answers; `pods` is where the node's kubelet keeps its pods."""
 
     root: Path
     name: str
@@ -84,14 +95,28 @@ class NodeHost:
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
-        for d in ("plugins", "registry", "cdi", "driver-root/dev", "pods", "bin"):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
-        (self.root / "proc-devices").write_text(PROC_DEVICES)
-        (self.root / "fabric-imex-mgmt").write_text(FABRIC_IMEX_MGMT)
-        boot_id = self.root / "boot_id"
+        for d in (self.registry_dir, self.plugins_dir, self.cdi_dir, self.fs / "dev",
+                  self.pods_dir, self.fs / "usr" / "bin"):  # fmt: skip
+            d.mkdir(parents=True, exist_ok=True)
+        self.path(PROC_DEVICES_PATH).parent.mkdir(parents=True, exist_ok=True)
+        self.path(PROC_DEVICES_PATH).write_text(PROC_DEVICES)
+        self.path(FABRIC_IMEX_MGMT_PATH).parent.mkdir(parents=True, exist_ok=True)
+        self.path(FABRIC_IMEX_MGMT_PATH).write_text(FABRIC_IMEX_MGMT)
+        boot_id = self.path(BOOT_ID_PATH)
+        boot_id.parent.mkdir(parents=True, exist_ok=True)
         if not boot_id.exists():
             boot_id.write_text(f"{uuid.uuid4()}\n")
+        self.path(NVML_FIXTURE_PATH).parent.mkdir(parents=True, exist_ok=True)
         self.set_clique(self.clique)
+
+    @property
+    def fs(self) -> Path:
+        """The node's root file system (hostPath volumes and CDI host paths live here)."""
+        return self.root / "fs"
+
+    def path(self, node_path: str) -> Path:
+        """Where the node's `node_path` is on this machine."""
+        return self.fs / node_path.lstrip("/")
 
     @property
     def clique_id(self) -> str:
@@ -100,33 +125,34 @@ class NodeHost:
     def set_clique(self, clique: int | None) -> None:
         """What NVML reports from now on (the agent reads it at start and on refresh)."""
         self.clique = clique
-        (self.root / "nvml.json").write_text(json.dumps(nvml_fixture(self.name, clique)))
+        self.path(NVML_FIXTURE_PATH).write_text(json.dumps(nvml_fixture(self.name, clique)))
 
     def reboot(self) -> None:
         """A new boot ID: the agent's checkpoint from the last boot no longer applies."""
-        (self.root / "boot_id").write_text(f"{uuid.uuid4()}\n")
+        self.path(BOOT_ID_PATH).write_text(f"{uuid.uuid4()}\n")
 
-    def agent_args(self, kubeconfig: Path, namespace: str) -> list[str]:
-        """`compute-domain-agent plugin` flags pointing every host path into this node."""
-        r = self.root
-        return [
-            "--node-name", self.name,
-            "--namespace", namespace,
-            "--kubeconfig", str(kubeconfig),
-            "--cdi-root", str(r / "cdi"),
-            "--container-driver-root", str(r / "driver-root"),
-            "--nvidia-driver-root", str(r / "driver-root"),
-            "--kubelet-registrar-directory-path", str(r / "registry"),
-            "--kubelet-plugins-directory-path", str(r / "plugins"),
-            "--proc-devices-path", str(r / "proc-devices"),
-            "--fabric-imex-mgmt-path", str(r / "fabric-imex-mgmt"),
-            "--boot-id-path", str(r / "boot_id"),
-            "--nvml-source", f"fixture:{r / 'nvml.json'}",
-        ]  # fmt: skip
+    @staticmethod
+    def hardware_env(driver_root: str = names.DEFAULT_CONTAINER_DRIVER_ROOT) -> dict[str, str]:
+        """What tells a kubelet-plugin container to read its node's simulated kernel and
+        GPU files through its driver-root mount instead of the machine's /proc and NVML."""
+        return {
+            "PROC_DEVICES_PATH": f"{driver_root}{PROC_DEVICES_PATH}",
+            "FABRIC_IMEX_MGMT_PATH": f"{driver_root}{FABRIC_IMEX_MGMT_PATH}",
+            "BOOT_ID_PATH": f"{driver_root}{BOOT_ID_PATH}",
+            "NVML_SOURCE": f"fixture:{driver_root}{NVML_FIXTURE_PATH}",
+        }
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.path(names.KUBELET_REGISTRY_DIR)
+
+    @property
+    def plugins_dir(self) -> Path:
+        return self.path(names.KUBELET_PLUGINS_DIR)
 
     @property
     def plugin_dir(self) -> Path:
-        return self.root / "plugins" / names.DRIVER_NAME
+        return self.plugins_dir / names.DRIVER_NAME
 
     @property
     def dra_socket(self) -> Path:
@@ -134,7 +160,7 @@ class NodeHost:
 
     @property
     def registration_socket(self) -> Path:
-        return self.root / "registry" / names.REGISTRATION_SOCKET_NAME
+        return self.registry_dir / names.REGISTRATION_SOCKET_NAME
 
     @property
     def pods_dir(self) -> Path:
@@ -142,7 +168,7 @@ class NodeHost:
 
     @property
     def cdi_dir(self) -> Path:
-        return self.root / "cdi"
+        return self.path(names.DEFAULT_CDI_ROOT)
 
     def cdi_files(self) -> list[str]:
         return sorted(p.name for p in self.cdi_dir.iterdir())

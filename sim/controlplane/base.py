@@ -89,6 +89,16 @@ class Credentials:
 Install = Callable[[Credentials], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class InCluster:
+    """What kubelet gives every container for in-cluster configuration: the API server's
+    address as KUBERNETES_SERVICE_HOST/PORT and the CA its kube-api-access volume holds."""
+
+    host: str
+    port: int
+    ca_pem: str
+
+
 class ControlPlane(Protocol):
     """One running control plane (`sim.controlplane.emulator` or `.upstream`)."""
 
@@ -119,8 +129,12 @@ class ControlPlane(Protocol):
         ...
 
     def kubelet_tls(self, node: str, address: str) -> ssl.SSLContext | None:
-        """The TLS context of the kubelet API of `node` (what kube-apiserver dials for
-        `kubectl logs`), or None if this control plane never calls kubelets."""
+        """The TLS context of the kubelet API of `node` (what the API server dials for
+        `kubectl logs` and `exec`), or None if this control plane never calls kubelets."""
+        ...
+
+    def in_cluster(self) -> InCluster:
+        """Where pods reach the API server (the `kubernetes` Service) and its CA."""
         ...
 
     def server_version(self) -> str:

@@ -3,9 +3,12 @@ workload controllers, in this process, started in about a second with no depende
 
 The emulator authenticates bearer tokens and enforces RBAC; a request without credentials
 is the admin (kube-apiserver's old localhost insecure port), so kubectl works without a
-token. The actors a real kube-controller-manager and kube-scheduler would be (the
-ResourceClaim controller, the DRA scheduler, the DaemonSet and Job controllers) run on the
-caller's event loop as the admin.
+token. Pods reach it over HTTPS (a second listener with a certificate of the cluster's own
+CA, published as kube-root-ca.crt), as in-cluster clients reach kube-apiserver; it calls
+the kubelets' HTTPS API for `kubectl logs` and `exec` with a client certificate of that CA.
+The actors a real kube-controller-manager and kube-scheduler would be (the
+ResourceClaim controller, the DRA scheduler, the DaemonSet, Deployment, ReplicaSet and Job
+controllers) run on the caller's event loop as the admin.
 """
 
 from __future__ import annotations
@@ -24,9 +27,15 @@ from sim.apiserver.runner import ServerThread
 from sim.cluster.claims import ClaimController
 from sim.cluster.processes import ManagedProcess
 from sim.cluster.scheduler import Scheduler
-from sim.cluster.workloads import DaemonSetController, JobController
+from sim.cluster.workloads import (
+    DaemonSetController,
+    DeploymentController,
+    JobController,
+    ReplicaSetController,
+)
 from sim.controlplane import EMULATOR
-from sim.controlplane.base import Credentials, Install
+from sim.controlplane.base import Credentials, InCluster, Install, server_context
+from sim.controlplane.pki import ClusterPKI
 
 
 class EmulatorControlPlane:
@@ -41,6 +50,7 @@ class EmulatorControlPlane:
         self.actors: list[Any] = []
         self._admin: Credentials | None = None
         self._admin_client: Any = None
+        self.pki: ClusterPKI | None = None
 
     @property
     def url(self) -> str:
@@ -57,8 +67,20 @@ class EmulatorControlPlane:
         token = secrets.token_hex(16)
         auth = TokenAuthenticator(anonymous=ADMIN)
         auth.add_admin(token)
+        pki = self.pki = await asyncio.to_thread(ClusterPKI, self.root / "pki")
+        serving = pki.apiserver_serving(["127.0.0.1"])
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(str(serving.cert), str(serving.key))
+        kubelet_client = pki.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client")
         self.server = await asyncio.to_thread(
-            lambda: ServerThread(authenticator=auth, **self.server_kwargs).start()
+            lambda: ServerThread(
+                authenticator=auth,
+                root_ca_pem=pki.ca_pem.decode(),
+                kubelet_client=(
+                    str(pki.ca.cert), str(kubelet_client.cert), str(kubelet_client.key)
+                ),
+                **self.server_kwargs,
+            ).start(tls=tls)
         )
         self._admin = Credentials(self.server.url, token=token)
         self._admin_client = self._admin.api_client()
@@ -68,6 +90,8 @@ class EmulatorControlPlane:
             ClaimController(self._admin_client),
             Scheduler(self._admin_client, retry_seconds=1.0),
             DaemonSetController(self._admin_client, resync_seconds=10.0),
+            DeploymentController(self._admin_client, resync_seconds=10.0),
+            ReplicaSetController(self._admin_client, resync_seconds=10.0),
             JobController(self._admin_client, resync_seconds=10.0),
         ]
         for actor in self.actors:
@@ -102,7 +126,15 @@ class EmulatorControlPlane:
         return self.admin.with_token(token)
 
     def kubelet_tls(self, node: str, address: str) -> ssl.SSLContext | None:
-        return None
+        """The node's kubelet serving certificate; only the emulator's kubelet client
+        certificate (this CA) gets in."""
+        assert self.pki is not None, "the control plane is not started"
+        pair = self.pki.kubelet_serving(node, address)
+        return server_context(pair.cert, pair.key, self.pki.ca.cert)
+
+    def in_cluster(self) -> InCluster:
+        assert self.server is not None and self.pki is not None, "the control plane is not started"
+        return InCluster("127.0.0.1", self.server.server.tls_port, self.pki.ca_pem.decode())
 
     def server_version(self) -> str:
         return str(SERVER_VERSION["gitVersion"])

@@ -31,7 +31,7 @@ from typing import Any, Final
 from sim.cluster.processes import ManagedProcess, free_port
 from sim.controlplane import KUBERNETES
 from sim.controlplane.audit import AuditCounter, write_policy
-from sim.controlplane.base import Credentials, Install, server_context
+from sim.controlplane.base import Credentials, InCluster, Install, server_context
 from sim.controlplane.binaries import Components, locate
 from sim.controlplane.pki import ClusterPKI, KeyPair
 
@@ -127,6 +127,9 @@ class KubernetesControlPlane:
         --kubelet-certificate-authority); clients must show a certificate of this CA."""
         pair = self._pki.kubelet_serving(node, address)
         return server_context(pair.cert, pair.key, self._pki.ca.cert)
+
+    def in_cluster(self) -> InCluster:
+        return InCluster(ADDRESS, self.port, self._pki.ca_pem.decode())
 
     def server_version(self) -> str:
         return self._version

@@ -46,15 +46,19 @@ def install(bin_dir: Path, python: str = sys.executable) -> dict[str, Path]:
     written: dict[str, Path] = {}
     for name, module in LAUNCHERS.items():
         path = bin_dir / name
-        # bash's `exec -a` keeps argv[0] = the binary's name, so the process looks like the
-        # real one to `ps` and to the supervisor's stray-process search.
+        # bash's `exec -a` keeps argv[0]'s name the binary's, so the process looks like the
+        # real one to `ps` and to the supervisor's stray-process search. A bare name would
+        # make Python look itself up on PATH and take its prefix from where the launcher
+        # is (in a node's /usr/bin: /usr/lib/python3.x, the wrong standard library); a
+        # path next to the interpreter keeps its own.
+        argv0 = shlex.quote(str(interpreter.parent / name))
         path.write_text(
             "#!/bin/bash\n"
             f"# {name}: the simulated IMEX ({module}), written by sim.fakeimex.install.\n"
             f'PYTHONPATH={root}${{PYTHONPATH:+":$PYTHONPATH"}}\n'
             "export PYTHONPATH\n"
             + (_IGNORE_EARLY_USR1 if name == "nvidia-imex" else "")
-            + f'exec -a {name} {shlex.quote(str(interpreter))} -m {module} "$@"\n'
+            + f'exec -a {argv0} {shlex.quote(str(interpreter))} -m {module} "$@"\n'
         )
         path.chmod(0o755)
         written[name] = path

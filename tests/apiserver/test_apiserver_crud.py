@@ -30,7 +30,8 @@ def test_create_get_list_assign_server_fields(k8s):
     got = core.read_namespaced_config_map("a", "default")
     assert got.data == {"k": "v"} and got.metadata.uid == created.metadata.uid
     listed = core.list_namespaced_config_map("default")
-    assert [c.metadata.name for c in listed.items] == ["a"]
+    # kube-root-ca.crt: every namespace has it, as on a cluster (the root CA publisher).
+    assert [c.metadata.name for c in listed.items] == ["a", "kube-root-ca.crt"]
     assert int(listed.metadata.resource_version) >= int(created.metadata.resource_version)
 
 

@@ -10,6 +10,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+# Every namespace has it, as on a cluster (the root CA publisher).
+ROOT_CA = "kube-root-ca.crt"
+
 
 def make(core, name, labels=None, ns="default"):
     return core.create_namespaced_config_map(
@@ -24,7 +27,8 @@ def test_label_and_field_selectors(k8s):
     make(core, "c", {"tier": "back"})
 
     def names(**kw):
-        return [c.metadata.name for c in core.list_namespaced_config_map("default", **kw).items]
+        listed = core.list_namespaced_config_map("default", **kw).items
+        return [c.metadata.name for c in listed if c.metadata.name != ROOT_CA]
 
     assert names(label_selector="tier=back") == ["b", "c"]
     assert names(label_selector="env!=prod") == ["c"]
@@ -70,7 +74,7 @@ def test_paging_with_limit_and_continue(k8s):
         if not token:
             break
         assert page.metadata.remaining_item_count > 0
-    assert seen == [f"cm-{i}" for i in range(7)]
+    assert seen == [f"cm-{i}" for i in range(7)] + [ROOT_CA]  # "cm-" < "kube-"
 
 
 def stream(k8s, **kwargs):
@@ -188,7 +192,8 @@ def test_relist_and_rewatch_through_dropped_watches_and_compaction_loses_nothing
             listing = core.list_namespaced_config_map("default")
             # A re-list replaces the cache, as a reflector does.
             seen.clear()
-            seen.update({cm.metadata.name: (cm.data or {}).get("v", "") for cm in listing.items})
+            seen.update({cm.metadata.name: (cm.data or {}).get("v", "") for cm in listing.items
+                         if cm.metadata.name != ROOT_CA})  # fmt: skip
             rv = listing.metadata.resource_version
             try:
                 w = watch.Watch()
@@ -199,6 +204,8 @@ def test_relist_and_rewatch_through_dropped_watches_and_compaction_loses_nothing
                     timeout_seconds=5,
                 ):
                     obj = e["object"]
+                    if obj.metadata.name == ROOT_CA:
+                        continue
                     if e["type"] == "DELETED":
                         seen.pop(obj.metadata.name, None)
                     else:
@@ -223,7 +230,9 @@ def test_relist_and_rewatch_through_dropped_watches_and_compaction_loses_nothing
         if i % 9 == 0 and i:
             core.delete_namespaced_config_map(f"o{i - 2}", "default")
     expected = {
-        c.metadata.name: c.data["v"] for c in core.list_namespaced_config_map("default").items
+        c.metadata.name: c.data["v"]
+        for c in core.list_namespaced_config_map("default").items
+        if c.metadata.name != ROOT_CA
     }
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and seen != expected:
@@ -247,7 +256,7 @@ def test_injected_429_has_retry_after(apiserver, k8s):
     assert err.value.headers["Retry-After"] == "1"
     assert json.loads(err.value.body)["reason"] == "TooManyRequests"
     apiserver.call(lambda: setattr(apiserver.server.faults, "error_rate", 0.0))
-    assert core.list_namespaced_config_map("default").items == []
+    assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == [ROOT_CA]
 
 
 def test_restart_keeps_objects(apiserver, k8s):

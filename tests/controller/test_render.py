@@ -193,6 +193,8 @@ def expected_daemon_set(pull_secrets: list[str] | None = None) -> dict[str, Any]
                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
                     {"name": "FEATURE_GATES", "value": REFERENCE_DEFAULT_GATES},
                 ],
+                # The image's user is 65532; the daemon writes root-owned mounts.
+                "securityContext": {"runAsUser": 0, "runAsGroup": 0},
                 "startupProbe": check
                 | {
                     "initialDelaySeconds": 0,

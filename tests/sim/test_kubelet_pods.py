@@ -54,7 +54,12 @@ def make_kubelet(k8s: client.ApiClient, env: NodeEnv, **kwargs: Any) -> SimKubel
 
 
 def pod_body(
-    name: str, container: dict[str, Any], grace: int = 30, *, daemon_set: dict[str, Any]
+    name: str,
+    container: dict[str, Any],
+    grace: int = 30,
+    *,
+    daemon_set: dict[str, Any],
+    volumes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A pod of the domain's IMEX daemon DaemonSet (the agent prepares daemon claims for
     those only) using the claim `daemon`."""
@@ -80,6 +85,7 @@ def pod_body(
                 {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "imex"}]}}
                 | container
             ],
+            **({"volumes": volumes} if volumes else {}),
         },
     }
 
@@ -236,6 +242,10 @@ async def _at_least(check: Callable[[], Awaitable[list[Any]]], n: int) -> list[A
 
 FAKE_DAEMON = """#!/bin/sh
 trap 'echo term >> "$OUT/terms"; exit 0' TERM
+id -u > "$OUT/uid"
+cat /etc/hosts > "$OUT/hosts"
+ls /imexd > "$OUT/imexd"
+test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo yes > "$OUT/token"
 env > "$OUT/env.tmp" && mv "$OUT/env.tmp" "$OUT/env"  # whole, never half-written
 echo start >> "$OUT/starts"  # after the trap: a start line means SIGTERM is handled
 while true; do sleep 0.05; done
@@ -255,8 +265,9 @@ def test_daemon_container_runs_with_env_probes_restarts_and_stops(k8s, cluster, 
     script.chmod(0o755)
     container = {
         "command": ["fake-daemon", "run"],
+        "volumeMounts": [{"name": "out", "mountPath": "/out"}],
         "env": [
-            {"name": "OUT", "value": str(out)},
+            {"name": "OUT", "value": "/out"},
             {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
@@ -273,20 +284,19 @@ def test_daemon_container_runs_with_env_probes_restarts_and_stops(k8s, cluster, 
     }
 
     async def main() -> None:
-        kubelet = make_kubelet(
-            k8s,
-            node,
-            env_extra={"KUBECONFIG": "/sim/kubeconfig"},
-            path_extra=[bin_dir],
-            run_commands_starting_with=("fake-daemon",),
-            probe_period_cap=0.1,
-        )
+        kubelet = make_kubelet(k8s, node, path_extra=[bin_dir], probe_period_cap=0.1)
         kubelet.start()
         try:
             pod = await asyncio.to_thread(
                 core.create_namespaced_pod,
                 DRIVER_NS,
-                pod_body("daemon", container, grace=2, daemon_set=cluster.daemon_set(cd_uid)),
+                pod_body(
+                    "daemon",
+                    container,
+                    grace=2,
+                    daemon_set=cluster.daemon_set(cd_uid),
+                    volumes=[{"name": "out", "hostPath": {"path": str(out)}}],
+                ),
             )
             await reserve(k8s, claim, pod)
             await eventually(lambda: _exists(out / "env"))
@@ -296,11 +306,16 @@ def test_daemon_container_runs_with_env_probes_restarts_and_stops(k8s, cluster, 
             assert env["NODE_NAME"] == NODE
             assert env["POD_IP"] == POD_IP
             assert env["POD_UID"] == pod.metadata.uid
-            assert env["KUBECONFIG"] == "/sim/kubeconfig"
             assert env["COMPUTE_DOMAIN_UUID"] == cd_uid
-            assert Path(env["IMEXD_DIR"]).is_relative_to(node.plugin_dir)
-            assert env["HOSTS_FILE"] == str(node.root / "pods" / f"{DRIVER_NS}_daemon" / "hosts")
             assert env["PATH"].startswith(str(bin_dir))
+            # A container: root by default (a host image), the pod's /etc/hosts, the
+            # domain directory bind-mounted at /imexd, the ServiceAccount token projected.
+            assert (out / "uid").read_text().strip() == "0"
+            assert f"{POD_IP}\tdaemon" in (out / "hosts").read_text()
+            [imexd] = [d for d in node.plugin_dir.glob("domains/*") if d.is_dir()]
+            assert (out / "imexd").read_text().split() == sorted(p.name for p in imexd.iterdir())
+            assert (out / "token").read_text().strip() == "yes"
+            assert "KUBECONFIG" not in env  # in-cluster configuration, as on a cluster
 
             async def phase_ready() -> tuple[str, str | None]:
                 current = await read()
@@ -364,18 +379,25 @@ def test_daemon_that_exits_is_restarted_and_the_pod_stays_running(k8s, cluster, 
     script = bin_dir / "fake-daemon"
     script.write_text('#!/bin/sh\necho start >> "$OUT/starts"\nexit 3\n')
     script.chmod(0o755)
-    container = {"command": ["fake-daemon"], "env": [{"name": "OUT", "value": str(out)}]}
+    container = {
+        "command": ["fake-daemon"],
+        "env": [{"name": "OUT", "value": "/out"}],
+        "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+    }
 
     async def main() -> None:
-        kubelet = make_kubelet(
-            k8s, node, path_extra=[bin_dir], run_commands_starting_with=("fake-daemon",)
-        )
+        kubelet = make_kubelet(k8s, node, path_extra=[bin_dir])
         kubelet.start()
         try:
             pod = await asyncio.to_thread(
                 core.create_namespaced_pod,
                 DRIVER_NS,
-                pod_body("daemon", container, daemon_set=cluster.daemon_set(cd_uid)),
+                pod_body(
+                    "daemon",
+                    container,
+                    daemon_set=cluster.daemon_set(cd_uid),
+                    volumes=[{"name": "out", "hostPath": {"path": str(out)}}],
+                ),
             )
             await reserve(k8s, claim, pod)
             await eventually(lambda: _lines(out / "starts", 3))
