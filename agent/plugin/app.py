@@ -12,7 +12,10 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
+import platform
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
 from api import featuregates, kube, names
 from api.events import EventRecorder
+from api.version import version_line
 from cdi.atomic import make_dirs
 
 log = logging.getLogger(__name__)
@@ -221,6 +225,10 @@ async def run(
 ) -> int:
     """The agent until a stop signal; the exit status. With `stop` given, until it is set
     and no signal handlers are installed (many agents in one process: the simulated cluster)."""
+    frozen = getattr(sys, "frozen", False)
+    build = "single-file binary" if frozen else f"Python {platform.python_version()}"
+    log.info("%s starting on node %s (%s, pid %d)", version_line("compute-domain-agent plugin"),
+             config.node_name, build, os.getpid())
     app = PluginApp(config, api_client)
     if stop is None:
         stop = asyncio.Event()

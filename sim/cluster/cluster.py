@@ -195,7 +195,10 @@ class SimCluster:
         # bytes, and the kubelets reach the agents' sockets through these (see _add_node).
         self._aliases: Path | None = None
         self.controller = self._program(
-            "Deployment", lambda: [n.kubelet for n in self.nodes.values()], "the controller"
+            "Deployment",
+            lambda: [n.kubelet for n in self.nodes.values()],
+            "the controller",
+            "controller",
         )
 
     @property
@@ -246,13 +249,13 @@ class SimCluster:
         return out
 
     def _program(
-        self, kind: str, kubelets: Callable[[], Iterable[SimKubelet]], what: str
+        self, kind: str, kubelets: Callable[[], Iterable[SimKubelet]], what: str, name: str
     ) -> PodProgram:
         workload = _single(self.objects, kind)
         template = workload["spec"]["template"]
         labels = template["metadata"].get("labels") or {}
         container = template["spec"]["containers"][0]["name"]
-        return PodProgram(kubelets, self.namespace, labels, container, what)
+        return PodProgram(kubelets, self.namespace, labels, container, what, name)
 
     # --- bring-up --------------------------------------------------------------------
 
@@ -352,7 +355,9 @@ class SimCluster:
         )
         await kubelet.register()
         await self._agent_kubeconfig(name)
-        agent = self._program("DaemonSet", lambda: [kubelet], f"the agent on {name}")
+        agent = self._program(
+            "DaemonSet", lambda: [kubelet], f"the agent on {name}", f"agent-{name}"
+        )
         node = SimNode(host, index, kubelet, agent, ip, labels=labels)
         if self.host_managed:
             node.host_imex = HostImex(host, ip)

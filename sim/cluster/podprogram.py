@@ -32,8 +32,10 @@ class PodProgram:
         labels: Mapping[str, str],
         container: str,
         what: str,
+        name: str = "",
     ) -> None:
         self._kubelets = kubelets
+        self.name = name or container
         self.namespace = namespace
         self.labels = dict(labels)
         self.container_name = container
@@ -71,6 +73,12 @@ class PodProgram:
     def returncode(self) -> int | None:
         c = self.container()
         return None if c is None or c.proc is None else c.proc.returncode
+
+    @property
+    def starts(self) -> int:
+        """How many times its container started (kubelet's restart count plus one)."""
+        c = self.container()
+        return 0 if c is None else c.restart_count + int(c.proc is not None)
 
     @property
     def ready(self) -> bool:

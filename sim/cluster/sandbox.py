@@ -95,6 +95,7 @@ class Launch:
             "readonly_root": self.readonly_root,
             "state_dir": self.state_dir,
             "traverse": list(self.traverse),
+            "parent_pid": os.getpid(),
         }
 
 

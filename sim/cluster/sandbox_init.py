@@ -24,6 +24,7 @@ import ctypes
 import errno
 import json
 import os
+import signal
 import stat
 import sys
 from pathlib import Path, PurePosixPath
@@ -39,6 +40,7 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
 # The nodes every container's /dev has (runc's default devices), with the host's numbers.
 DEFAULT_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 
@@ -205,7 +207,16 @@ def _chdir(cwd: str, create: bool) -> None:
         raise SetupError(f"working directory {cwd}: {err.strerror}") from None
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL when the kubelet's process goes, however it goes: no container outlives the
+    simulated cluster. Set after the user change, which clears it."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    if parent and os.getppid() != parent:  # it went before this was set
+        os._exit(137)
+
+
 def _exec(spec: dict[str, Any]) -> None:
+    _die_with_parent(int(spec.get("parent_pid") or 0))
     argv = [str(a) for a in spec["argv"]]
     env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
     if not argv:

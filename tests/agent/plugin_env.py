@@ -4,10 +4,12 @@ agent (in-process on its own event loop, or as a real process) talking to the em
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,14 +27,73 @@ from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
-from sim.cluster.node import NodeHost
+from sim.cluster.node import FABRIC_IMEX_MGMT, PROC_DEVICES, clique_id, nvml_fixture
 
 DRIVER_NS = "nvidia-dra-driver"
 NODE = "node-a"
+class FlatHost:
+    """A host that runs the agent as a program with flags (as systemd does), every host
+    path it uses in one directory: `plugins`, `registry`, `cdi`, `driver-root`, and the
+    simulated kernel and GPU files (`proc-devices`, `fabric-imex-mgmt`, `boot_id`,
+    `nvml.json`) of `sim.cluster.node`."""
+
+    def __init__(self, root: Path, name: str, clique: int | None) -> None:
+        self.root = Path(root)
+        self.name = name
+        for d in ("plugins", "registry", "cdi", "driver-root/dev", "pods"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        (self.root / "proc-devices").write_text(PROC_DEVICES)
+        (self.root / "fabric-imex-mgmt").write_text(FABRIC_IMEX_MGMT)
+        if not (self.root / "boot_id").exists():
+            (self.root / "boot_id").write_text(f"{uuid.uuid4()}\n")
+        self.set_clique(clique)
+
+    @property
+    def clique_id(self) -> str:
+        return clique_id(self.clique)
+
+    def set_clique(self, clique: int | None) -> None:
+        self.clique = clique
+        (self.root / "nvml.json").write_text(json.dumps(nvml_fixture(self.name, clique)))
+
+    def agent_args(self, kubeconfig: Path, namespace: str) -> list[str]:
+        """`compute-domain-agent plugin` flags pointing every host path into the root."""
+        r = self.root
+        return [
+            "--node-name", self.name,
+            "--namespace", namespace,
+            "--kubeconfig", str(kubeconfig),
+            "--cdi-root", str(r / "cdi"),
+            "--container-driver-root", str(r / "driver-root"),
+            "--nvidia-driver-root", str(r / "driver-root"),
+            "--kubelet-registrar-directory-path", str(r / "registry"),
+            "--kubelet-plugins-directory-path", str(r / "plugins"),
+            "--proc-devices-path", str(r / "proc-devices"),
+            "--fabric-imex-mgmt-path", str(r / "fabric-imex-mgmt"),
+            "--boot-id-path", str(r / "boot_id"),
+            "--nvml-source", f"fixture:{r / 'nvml.json'}",
+        ]  # fmt: skip
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.root / "plugins" / names.DRIVER_NAME
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / "dra.sock"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.root / "registry" / names.REGISTRATION_SOCKET_NAME
+
+    def cdi_files(self) -> list[str]:
+        return sorted(p.name for p in (self.root / "cdi").iterdir())
+
+
 @dataclass
 class NodeEnv:
-    """Host directories of one simulated node (`sim.cluster.node.NodeHost`) plus the
-    agent flags the plugin tests use."""
+    """Host directories of one node (`FlatHost`) plus the agent flags the plugin tests
+    use."""
 
     root: Path
     node_name: str = NODE
@@ -40,7 +101,7 @@ class NodeEnv:
     extra_args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.host = NodeHost(self.root, self.node_name, self.clique)
+        self.host = FlatHost(self.root, self.node_name, self.clique)
 
     @property
     def clique_id(self) -> str:

@@ -14,8 +14,9 @@ def test_demo_with_the_frozen_agent(frozen_agent, short_dir):
     assert result.ok, result.failed_step
     [chain] = result.chains
     assert chain.link("device").count == "2/2"
-    # The node agents ran from the binary (the daemon containers find the same program
-    # first on their PATH).
+    # The node agents ran from the binary: it is the image's /usr/bin/compute-domain-agent,
+    # which the kubelet-plugin and IMEX daemon containers run.
     for node in ("node-01", "node-02"):
-        log = (short_dir / "nodes" / node / "agent.log").read_text()
-        assert f"--- start 1: {frozen_agent} plugin" in log
+        pods = short_dir / "nodes" / node / "pods"
+        [log] = pods.glob("*_compute-domain-kubelet-plugin-*/kubelet-plugin.log")
+        assert "(single-file binary, pid" in log.read_text()

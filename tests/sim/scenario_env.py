@@ -159,5 +159,5 @@ def daemon_logs(cluster: SimCluster, node: str) -> str:
     pods_dir = cluster.nodes[node].host.pods_dir
     return "".join(
         path.read_text(errors="replace")
-        for path in sorted(pods_dir.glob(f"{cluster.namespace}_*/*.log"))
+        for path in sorted(pods_dir.glob(f"{cluster.namespace}_computedomain-daemon-*/*.log"))
     )

@@ -98,7 +98,7 @@ def test_in_process_cluster_runs_the_example_to_ready_and_cleans_up(
             logs = [
                 p.read_text()
                 for n in first
-                for p in n.host.pods_dir.glob(f"{cluster.namespace}_*/*.log")
+                for p in n.host.pods_dir.glob(f"{cluster.namespace}_computedomain-daemon-*/*.log")
             ]
             assert len(logs) == len(first)
             for text in logs:

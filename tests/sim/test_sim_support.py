@@ -132,7 +132,8 @@ def test_controller_env_limits_nodes_per_imex_domain(short_dir, control_plane):
 
         await eventually(one_in_one_full, "one clique entry and one daemon finding it full", 30)
         snap = await snapshot(cluster)
-        daemons = pods_of(snap, cluster.namespace)
+        uid = next(c["metadata"]["uid"] for c in snap.cds if c["metadata"]["name"] == "full")
+        daemons = pods_of(snap, cluster.namespace, uid)
         assert daemons
         for pod in daemons:
             env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", ())}

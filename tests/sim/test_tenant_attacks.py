@@ -148,8 +148,7 @@ def test_a_compromised_node_and_daemon_are_scoped_and_lost_labels_come_back(
                     and cliques["node-01"] == clique_id(1))
 
         await eventually(repaired, "both labels put back", timeout=20)
-        log = cluster.nodes["node-02"].host.root / "agent.log"
-        assert f"label {names.LABEL_COMPUTE_DOMAIN} is None" in log.read_text()
+        assert f"label {names.LABEL_COMPUTE_DOMAIN} is None" in cluster.agent_log("node-02")
 
         async def whole() -> bool:
             return ready_entries(await snapshot(cluster), uid) == {"node-01", "node-02"}
