@@ -271,6 +271,11 @@ async def launch(inputs: ContainerInputs, objects: PodObjects) -> Launch:
         mounts.append(Mount(str(inputs.hosts_file), "/etc/hosts"))
     cdi_mounts, devices = cdi_edits(inputs.view, inputs.host_root)
     mounts += cdi_mounts
+    # What the image's programs need from this machine (a venv, its interpreter, the
+    # sources), again on top: a volume at /tmp must not hide a checkout under /tmp.
+    mounts += [Mount(p, p, readonly=True) for p in image.runtime if Path(p).is_dir()]
+    # Parents before children, as runtimes mount them; otherwise in the order above.
+    mounts.sort(key=lambda m: len(Path(m.target).parts))
     return Launch(
         argv=tuple(argv),
         env=env,

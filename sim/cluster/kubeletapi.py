@@ -108,7 +108,8 @@ class KubeletServer:
     async def _healthz(self, _request: web.Request) -> web.Response:
         return _text(200, "ok")
 
-    async def _logs(self, request: web.Request) -> web.StreamResponse:
+    def _target(self, request: web.Request) -> tuple[PodLogs, str, str] | web.Response:
+        """(pod, its name, the container) the path names, or the answer saying why not."""
         namespace, name, container = (
             request.match_info["namespace"],
             request.match_info["pod"],
@@ -119,6 +120,13 @@ class KubeletServer:
             return _text(404, f'pod "{name}" in namespace "{namespace}" not found on this node')
         if container not in pod.containers:
             return _text(400, f'container "{container}" in pod "{name}" is not valid')
+        return pod, name, container
+
+    async def _logs(self, request: web.Request) -> web.StreamResponse:
+        target = self._target(request)
+        if isinstance(target, web.Response):
+            return target
+        pod, name, container = target
         tail = _int_param(request, "tailLines")
         limit = _int_param(request, "limitBytes")
         follow = request.query.get("follow") in ("true", "1")
@@ -148,16 +156,12 @@ class KubeletServer:
         return response
 
     async def _exec(self, request: web.Request) -> web.StreamResponse:
-        namespace, name, container = (
-            request.match_info["namespace"],
-            request.match_info["pod"],
-            request.match_info["container"],
-        )
-        pod = self.lookup(namespace, name)
-        if pod is None or pod.exec_in is None:
-            return _text(404, f'pod "{name}" in namespace "{namespace}" not found on this node')
-        if container not in pod.containers:
-            return _text(400, f'container "{container}" in pod "{name}" is not valid')
+        target = self._target(request)
+        if isinstance(target, web.Response):
+            return target
+        pod, name, container = target
+        if pod.exec_in is None:
+            return _text(400, f'pod "{name}" cannot be exec\'d into on this node')
         argv = request.query.getall("command", [])
         if not argv:
             return _text(400, "you must specify at least 1 command")
