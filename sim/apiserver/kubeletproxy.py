@@ -41,7 +41,7 @@ class KubeletProxy:
     def _pod(self, namespace: str, name: str) -> Obj:
         pod = self.store.get(("", "pods"), namespace, name)
         if pod is None:
-            raise errors.not_found("pods", name)
+            raise errors.not_found("", "pods", name)
         return pod
 
     def _container(self, pod: Obj, query: Mapping[str, str]) -> str:
@@ -88,7 +88,7 @@ class KubeletProxy:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             try:
-                upstream = await session.get(url, ssl=self._tls)
+                upstream = await session.get(url, ssl=self._tls or False)
             except aiohttp.ClientError as err:
                 raise errors.internal(f"Get \"{url}\": {err}") from None
             async with upstream:
@@ -131,7 +131,7 @@ class KubeletProxy:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             try:
                 upstream = await session.ws_connect(
-                    url, protocols=wanted, ssl=self._tls, max_msg_size=0
+                    url, protocols=wanted, ssl=self._tls or False, max_msg_size=0
                 )
             except (aiohttp.ClientError, aiohttp.WSServerHandshakeError) as err:
                 raise errors.internal(f"unable to upgrade connection: {err}") from None

@@ -131,6 +131,10 @@ def test_the_driver_runs_from_its_manifests(up: Up) -> None:
     # The image's user is 65532; the manifests make the plugin root and keep the controller not.
     assert up.ok("exec", "-n", ns, plugins[0], "--", "id", "-u").strip() == "0"
     assert up.ok("exec", "-n", ns, controller, "--", "id", "-u").strip() == "65532"
+    for verb in (["logs"], ["exec"]):
+        missing = up.run(*verb, "no-such-pod", *(["--", "true"] if verb == ["exec"] else []))
+        assert missing.returncode == 1
+        assert 'pods "no-such-pod" not found' in missing.stderr, missing.stderr
     prefixed = up.ok("logs", "-n", ns, "-l", "app.kubernetes.io/component=kubelet-plugin",
                      "--prefix", "--tail", "3")  # fmt: skip
     assert {line.split(" ", 1)[0] for line in prefixed.splitlines()} == {
