@@ -275,7 +275,8 @@ class SimCluster:
             self.in_process.open()
         for index, (name, clique) in enumerate(self.spec.layout(), start=1):
             await self._add_node(name, index, clique)
-        await self.wait_ready()
+        # Every node's plugin pod starts at once on this machine's cores.
+        await self.wait_ready(60.0 + 2.0 * len(self.nodes))
         await self.control_plane.wait_settled()
 
     async def service_account_token(
