@@ -128,11 +128,28 @@ def namespace_members(namespace: str) -> list[int]:
 
 class SandboxContainer:
     """A started container: its main process, and its mount namespace, by which every
-    process of the container is found when it is killed (there is no PID namespace)."""
+    process of the container is found when it is killed (there is no PID namespace).
+
+    The namespace is held open until the container is killed for good: a namespace's
+    inode number is reused once it is freed, and a stale one would name another
+    container's processes."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
-        self.namespace = _namespace(proc.pid)
+        try:
+            self._held = os.open(f"/proc/{proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._held = -1
+        self.namespace = _namespace(proc.pid) if self._held >= 0 else ""
+
+    def _release(self) -> None:
+        if self._held >= 0:
+            os.close(self._held)
+            self._held = -1
+        self.namespace = ""
+
+    def __del__(self) -> None:
+        self._release()
 
     @property
     def pid(self) -> int:
@@ -155,6 +172,8 @@ class SandboxContainer:
             for pid in namespace_members(self.namespace):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
+            if self.proc.returncode is not None:  # the container is gone for good
+                self._release()
 
 
 async def _spawn(
