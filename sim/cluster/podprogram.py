@@ -93,12 +93,25 @@ class PodProgram:
                 raise RuntimeError(f"{self.what} is not running after {timeout}s:\n{tail}")
             await asyncio.sleep(0.05)
 
+    def where(self) -> str:
+        """Where the program is in its life, for a failure message."""
+        worker = self.worker()
+        if worker is None:
+            return "no pod of it runs on any node yet"
+        c = worker.containers.get(self.container_name)
+        if c is None:
+            return (f"pod {worker.key} has not started its containers "
+                    f"(initialized: {worker.initialized})")  # fmt: skip
+        return f"pod {worker.key}: restarts {c.restart_count}, state {c.state}"
+
     async def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not self.ready:
             if time.monotonic() > deadline:
                 tail = self.log_tail()
-                raise RuntimeError(f"{self.what} is not ready after {timeout}s:\n{tail}")
+                raise RuntimeError(
+                    f"{self.what} is not ready after {timeout:.0f}s ({self.where()}):\n{tail}"
+                )
             await asyncio.sleep(0.05)
 
     async def kill(self) -> None:
