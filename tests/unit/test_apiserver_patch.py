@@ -541,6 +541,8 @@ def test_served_builtin_kinds_take_strategic_patches():
         )
     } | {
         ("apps", "DaemonSet"),
+        ("apps", "Deployment"),
+        ("apps", "ReplicaSet"),
         ("batch", "Job"),
         ("coordination.k8s.io", "Lease"),
         *(("rbac.authorization.k8s.io", k)
