@@ -19,7 +19,7 @@
 - in host-managed mode, a fake host `nvidia-imex` per node that the admin would run.
 
 What the sim changes in the manifests, as an admin editing them for one machine would
-(`_sim_objects`): the agent reads the node's simulated kernel and GPU files through its
+(`sim/cluster/simedits.py`): the agent reads the node's simulated kernel and GPU files through its
 driver-root mount, binds its health and metrics ports to its pod IP (every node shares
 this machine's network), cleans up and times out faster; the controller binds to its pod
 IP and resyncs faster. `ClusterSpec.controller_env` / `agent_env` are merged over that.
@@ -39,15 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import math
 import shutil
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -68,6 +65,7 @@ from sim.cluster.node import NodeHost, node_ip, random_network
 from sim.cluster.nodestatus import NodeSpec
 from sim.cluster.podprogram import PodProgram
 from sim.cluster.processes import free_port
+from sim.cluster.simedits import for_one_machine
 from sim.controlplane import CONTROL_PLANES, EMULATOR, KUBERNETES
 from sim.controlplane.base import ControlPlane, Credentials
 from sim.fakeimex.install import install as install_fake_imex
@@ -81,10 +79,6 @@ NODES_PER_CLIQUE: Final = 18  # a GB200 NVL72 rack: 18 compute trays
 SIM_IMAGE: Final = "compute-domain-driver:sim"
 DOCKERFILE: Final = Path(__file__).resolve().parents[2] / "Dockerfile"
 SMALL_CLUSTER: Final = 16  # nodes up to which the daemons poll and heartbeat fast
-# Variables of ours that must come from the manifests, not from whoever started the sim.
-_DRIVER_ENV: Final = frozenset(
-    {"IMEX_MODE", "FEATURE_GATES", "NAMESPACE", "NODE_NAME", "KUBECONFIG", "POD_NAME"}
-)
 # Controller and agent programs run here by default (the venv's console scripts).
 DEFAULT_BIN_DIR: Final = Path(sys.executable).parent
 # How long the tokens of the controller and the agents (processes, not pods) live.
@@ -181,7 +175,13 @@ class SimCluster:
         self.spec = spec
         self.root = Path(spec.root)
         self.network = spec.network or random_network()
-        self.objects = self._sim_objects(manifests.render(manifests.overlay_path(spec.mode)))
+        self.objects = for_one_machine(
+            manifests.render(manifests.overlay_path(spec.mode)),
+            spec.verbosity,
+            host_managed=spec.mode == "hostManaged",
+            agent_env=spec.agent_env,
+            controller_env=spec.controller_env,
+        )
         self.namespace = _single(self.objects, "Namespace")["metadata"]["name"]
         self.accounts = _service_accounts(self.objects)
         self.control_plane: ControlPlane = _control_plane(spec.control_plane, self.root)
@@ -218,35 +218,6 @@ class SimCluster:
         return self.control_plane.server_version()
 
     # --- the manifests, edited for one machine ----------------------------------------
-
-    def _sim_objects(self, objects: list[Obj]) -> list[Obj]:
-        """The manifests with the env edits of the module doc (a copy)."""
-        out = copy.deepcopy(objects)
-        plugin = _single(out, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
-        driver_root = _env_value(plugin, names.ENV_CONTAINER_DRIVER_ROOT) or (
-            names.DEFAULT_CONTAINER_DRIVER_ROOT
-        )
-        agent_env = {
-            names.ENV_HEALTHCHECK_ADDRESS: "$(POD_IP)",
-            names.ENV_HTTP_ENDPOINT: "$(POD_IP):8081",
-            names.ENV_GPU_CLIQUE_LABEL_ENABLED: "true",
-            "CLEANUP_INTERVAL": "2s",
-            # kubelet hears why a claim waits (an Event on the pod) after 8 s, not 45 s.
-            "PREPARE_TIMEOUT": "8s",
-            "LOG_VERBOSITY": str(self.spec.verbosity),
-            **NodeHost.hardware_env(driver_root),
-        }
-        if self.host_managed:  # the fake nvidia-imex-ctl runs this machine's Python
-            agent_env["IMEX_CTL_CHROOT"] = "false"
-        _set_env(plugin, {**agent_env, **self.spec.agent_env})
-        controller = _single(out, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-        controller_env = {
-            names.ENV_HTTP_ENDPOINT: "$(POD_IP):8080",
-            names.ENV_LOG_VERBOSITY_CD_DAEMON: str(self.spec.verbosity),
-            "RESYNC_INTERVAL": "10s",
-        }
-        _set_env(controller, {**controller_env, **self.spec.controller_env})
-        return out
 
     def _program(
         self, kind: str, kubelets: Callable[[], Iterable[SimKubelet]], what: str, name: str
@@ -513,22 +484,6 @@ class SimCluster:
         return out + ([self.controller] if self.controller.pid is not None else [])
 
 
-def _env_value(container: Obj, name: str) -> str | None:
-    for item in container.get("env") or ():
-        if item.get("name") == name and item.get("value") is not None:
-            return str(item["value"])
-    return None
-
-
-def _set_env(container: Obj, values: Mapping[str, str]) -> None:
-    """Set `values` in the container's env (replacing entries of the same name), with
-    POD_IP from the downward API first so that `$(POD_IP)` expands."""
-    env = [e for e in container.get("env") or () if e.get("name") not in values]
-    env = [e for e in env if e.get("name") != "POD_IP"]
-    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
-    container["env"] = [pod_ip, *env, *({"name": k, "value": v} for k, v in values.items())]
-
-
 def _control_plane(kind: str, root: Path) -> ControlPlane:
     if kind == KUBERNETES:
         from sim.controlplane.upstream import KubernetesControlPlane
@@ -537,15 +492,6 @@ def _control_plane(kind: str, root: Path) -> ControlPlane:
     from sim.controlplane.emulator import EmulatorControlPlane
 
     return EmulatorControlPlane(root / "control-plane")
-
-
-def _get(url: str) -> str:
-    """The body of a GET, or a short reason why there is none."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return str(response.read().decode())
-    except (OSError, urllib.error.URLError) as err:
-        return f"unreachable: {err}"
 
 
 def _single(objects: Sequence[Obj], kind: str) -> Obj:

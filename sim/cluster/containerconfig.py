@@ -134,20 +134,6 @@ async def resolve_env(
     return env
 
 
-def plain_env(container: Obj, pod: Obj, node: str, pod_ip: str) -> dict[str, str]:
-    """A container's `env` values and fieldRefs, without the API (what a program started
-    outside a pod gets from its manifest)."""
-    env: dict[str, str] = {}
-    for item in container.get("env") or ():
-        name = item.get("name")
-        ref = (item.get("valueFrom") or {}).get("fieldRef")
-        if name and item.get("value") is not None:
-            env[name] = expand(str(item["value"]), env)
-        elif name and ref:
-            env[name] = field_value(ref.get("fieldPath", ""), pod, node, pod_ip)
-    return env
-
-
 def service_env(node: NodeContext) -> dict[str, str]:
     """The `kubernetes` Service's variables that in-cluster clients read."""
     if not node.api_host:
