@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -178,16 +178,22 @@ def _remove_stale(path: Path) -> None:
         path.unlink()
 
 
-@contextlib.contextmanager
-def _private_umask() -> Iterator[None]:
-    """gRPC binds a unix socket with 0777 less the umask and we chmod it to 0660 only
-    afterwards: bind under umask 0177 so that no one else can connect in between. (The
-    umask is process-wide; the agent's own files are written with explicit modes.)"""
-    old = os.umask(0o177)
-    try:
-        yield
-    finally:
-        os.umask(old)
+# The umask is process-wide: one lock for every swap, so that two servers bound at once
+# (several agents in one test process) cannot restore each other's value.
+_UMASK_LOCK = threading.Lock()
+
+
+def _bind_private(server: grpc.aio.Server, socket: Path) -> None:
+    """Bind `socket` for `server` with mode 0600 from its first instant; the caller then
+    opens it to the group (0660). gRPC binds inside `add_insecure_port`, which is
+    synchronous: the umask is changed for that call only, never across an await, so
+    nothing else in the event loop creates files under it."""
+    with _UMASK_LOCK:
+        old = os.umask(0o177)
+        try:
+            server.add_insecure_port(f"unix://{socket}")
+        finally:
+            os.umask(old)
 
 
 class KubeletServers:
@@ -210,16 +216,14 @@ class KubeletServers:
         self._dra = grpc.aio.server()
         v1_grpc.add_DRAPluginServicer_to_server(v1_service, self._dra)
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1(v1_service), self._dra)
-        self._dra.add_insecure_port(f"unix://{self.dra_socket}")
-        with _private_umask():
-            await self._dra.start()
+        _bind_private(self._dra, self.dra_socket)
+        await self._dra.start()
         self.dra_socket.chmod(0o660)
         self._reg = grpc.aio.server()
         reg_grpc.add_RegistrationServicer_to_server(
             Registration(self.dra_socket, self.registration), self._reg)
-        self._reg.add_insecure_port(f"unix://{self.registration_socket}")
-        with _private_umask():
-            await self._reg.start()
+        _bind_private(self._reg, self.registration_socket)
+        await self._reg.start()
         self.registration_socket.chmod(0o660)
         log.info("serving DRA on %s and registration on %s", self.dra_socket,
                  self.registration_socket)

@@ -102,7 +102,8 @@ class PodProgram:
         if c is None:
             return (f"pod {worker.key} has not started its containers "
                     f"(initialized: {worker.initialized})")  # fmt: skip
-        return f"pod {worker.key}: restarts {c.restart_count}, state {c.state}"
+        last = f", last {c.last_state}" if c.last_state else ""
+        return f"pod {worker.key}: restarts {c.restart_count}, state {c.state}{last}"
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

@@ -40,6 +40,7 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+CONTAINER_UMASK = 0o022
 PR_SET_PDEATHSIG = 1
 # The nodes every container's /dev has (runc's default devices), with the host's numbers.
 DEFAULT_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
@@ -271,6 +272,9 @@ def main(argv: list[str]) -> int:
     status_fd = int(rest[1]) if len(rest) > 1 else -1
     if status_fd >= 0:  # EOF for the kubelet once exec succeeded
         os.set_inheritable(status_fd, False)
+    # A container starts with umask 0022 (the OCI runtime default), whatever the
+    # kubelet's process had: the writable layer and the container's files depend on it.
+    os.umask(CONTAINER_UMASK)
     try:
         spec = json.loads(Path(rest[0]).read_bytes())
         if args[0] == "run":

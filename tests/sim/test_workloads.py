@@ -657,7 +657,15 @@ def test_deployment_rolls_out_through_replica_sets(
                 return now if victim not in {p["metadata"]["name"] for p in now} else []
 
             pods = await _within(replaced, "the deleted pod replaced")
-            await _within(lambda: rolled_out(2, 1), "the replacement ready")
+
+            async def all_ready() -> list[dict[str, Any]]:
+                # The pods themselves: the Deployment's status may still be the one from
+                # before the deletion.
+                now = await pods_of(rs_name, 2)
+                return now if all(_is_ready(p) for p in now) else []
+
+            await _within(all_ready, "the replacement ready")
+            await _within(lambda: rolled_out(2, 1), "the Deployment available again")
 
             # Scaled up (the new pod stays unready), then down: the unready one goes.
             kubelet.paused = True
