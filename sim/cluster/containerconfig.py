@@ -27,6 +27,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from sim.cluster.containerview import ContainerView
 from sim.cluster.images import Image
+from sim.cluster.privileges import privileges
 from sim.cluster.sandbox import Device, Launch, Mount
 from sim.cluster.volumes import PodObjects, VolumeError, field_value
 
@@ -273,6 +274,7 @@ async def launch(inputs: ContainerInputs, objects: PodObjects) -> Launch:
         mounts=tuple(mounts),
         devices=tuple(devices),
         readonly_root=bool(ctx.get("readOnlyRootFilesystem")),
+        privileges=privileges(container),
         state_dir=str(inputs.pod_dir / "containers" / str(container["name"])),
         kubeconfig=inputs.kubeconfig,
         image_known=image.known,

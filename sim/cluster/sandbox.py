@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sim.cluster.privileges import Privileges
+
 INIT = Path(__file__).with_name("sandbox_init.py")
 
 
@@ -65,6 +67,7 @@ class Launch:
     mounts: tuple[Mount, ...] = ()
     devices: tuple[Device, ...] = ()
     readonly_root: bool = False
+    privileges: Privileges = field(default_factory=Privileges)
     state_dir: str = ""  # where the container's root and writable layer are mounted
     # For executors without mount namespaces (in-process): credentials as a file path.
     kubeconfig: str = ""
@@ -93,6 +96,9 @@ class Launch:
             "mounts": [asdict(m) for m in self.mounts],
             "devices": [asdict(d) for d in self.devices],
             "readonly_root": self.readonly_root,
+            "capabilities": self.privileges.numbers(),
+            "privileged": self.privileges.privileged,
+            "no_new_privs": self.privileges.no_new_privs,
             "state_dir": self.state_dir,
             "traverse": list(self.traverse),
             "parent_pid": os.getpid(),

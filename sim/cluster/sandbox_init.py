@@ -6,9 +6,11 @@ imported by the driver. Standard library only, so it starts in a few millisecond
 `run` makes the container: a private mount and UTS namespace; the root file system an
 overlay whose lower layer is the host's `/` and whose upper layer is a tmpfs (writes stay
 in the container, and mount points can be made anywhere without touching the host); a
-fresh `/proc`, the host's `/sys`; a tmpfs `/dev` with the usual nodes plus exactly the
-device nodes of the spec, made with mknod; the spec's bind mounts; then chroot, the user
-and groups, and exec of the command with exactly the spec's environment.
+fresh `/proc`, the host's `/sys` (read-only unless privileged); a tmpfs `/dev` with the
+usual nodes plus exactly the device nodes of the spec (a privileged container: every host
+device as well), made with mknod; the spec's bind mounts; then chroot, the capability
+bounding set, the user and groups, and exec of the command with exactly the spec's
+environment.
 
 `join` runs a command inside a running container (exec probes, `kubectl exec`): it enters
 the container's mount and UTS namespaces and its root, as `nsenter -t PID -m -u -r` does.
@@ -42,8 +44,11 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 CONTAINER_UMASK = 0o022
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
 # The nodes every container's /dev has (runc's default devices), with the host's numbers.
 DEFAULT_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+SKIPPED_DEV_DIRS = {("/dev", "pts"), ("/dev", "shm"), ("/dev", "mqueue"), ("/dev", "fd")}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -111,7 +116,28 @@ def _make_target(target: str, is_dir: bool) -> None:
         Path(target).touch()
 
 
-def _devices(root: str, devices: list[dict[str, Any]]) -> None:
+def _host_devices() -> list[dict[str, Any]]:
+    """Every device node of the host's /dev, what a privileged container gets (as
+    containerd's HostDevices lists them: not those under pts, shm, mqueue)."""
+    found = []
+    for top, dirs, files in os.walk("/dev"):
+        dirs[:] = [d for d in dirs if (top, d) not in SKIPPED_DEV_DIRS]
+        for name in files:
+            path = f"{top}/{name}"
+            info = os.lstat(path)
+            if path == "/dev/console" or not (
+                stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+            ):
+                continue
+            found.append({
+                "path": path, "type": "b" if stat.S_ISBLK(info.st_mode) else "c",
+                "major": os.major(info.st_rdev), "minor": os.minor(info.st_rdev),
+                "mode": stat.S_IMODE(info.st_mode), "uid": info.st_uid, "gid": info.st_gid,
+            })  # fmt: skip
+    return found
+
+
+def _devices(root: str, devices: list[dict[str, Any]], privileged: bool) -> None:
     dev = Path(_inside(root, "/dev"))
     dev.mkdir(parents=True, exist_ok=True)
     _mount("tmpfs", str(dev), "tmpfs", MS_NOSUID, "mode=755,size=65536k")
@@ -119,6 +145,11 @@ def _devices(root: str, devices: list[dict[str, Any]]) -> None:
         found = Path("/dev", name).stat()
         os.mknod(dev / name, stat.S_IFCHR | 0o666, found.st_rdev)
         (dev / name).chmod(0o666)
+    if privileged:
+        defaults = {f"/dev/{name}" for name in DEFAULT_DEVICES}
+        devices = [d for d in _host_devices() if d["path"] not in defaults] + [
+            d for d in devices if not os.path.lexists(_inside(root, d["path"]))
+        ]
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         (dev / name).symlink_to(target)
@@ -129,6 +160,8 @@ def _devices(root: str, devices: list[dict[str, Any]]) -> None:
         path = Path(_inside(root, node["path"]))
         if not str(path).startswith(f"{dev}/"):
             raise SetupError(f"device node {node['path']} is not under /dev")
+        if os.path.lexists(path):  # a host device a CDI spec names as well
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         kind = stat.S_IFBLK if node.get("type") == "b" else stat.S_IFCHR
         mode = int(node.get("mode") or 0o666) & 0o7777
@@ -181,10 +214,13 @@ def _rootfs(spec: dict[str, Any]) -> str:
     options = f"lowerdir=/,upperdir={layer}/upper,workdir={layer}/work"
     _mount("overlay", root, "overlay", 0, options)
     _mount("proc", _inside(root, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _mount("/sys", _inside(root, "/sys"), None, MS_BIND | MS_REC)
+    sys_dir = _inside(root, "/sys")
+    _mount("/sys", sys_dir, None, MS_BIND | MS_REC)
+    if not spec.get("privileged"):  # runc mounts sysfs read-only unless privileged
+        _mount("/sys", sys_dir, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
     targets = [m["target"] for m in spec.get("mounts") or []]
     _traversable(root, [*spec.get("traverse", []), *targets])
-    _devices(root, spec.get("devices") or [])
+    _devices(root, spec.get("devices") or [], bool(spec.get("privileged")))
     for mount in spec.get("mounts") or []:
         _bind(root, mount)
     if spec.get("readonly_root"):
@@ -193,10 +229,18 @@ def _rootfs(spec: dict[str, Any]) -> str:
 
 
 def _become(spec: dict[str, Any]) -> None:
-    """Root inside, then the container's user: groups first, then gid, then uid."""
+    """Root inside, then the container's user: the capability bounding set first (root
+    gets exactly it at exec; another user gets no capability), then groups, gid, uid."""
+    keep = spec.get("capabilities")
+    if keep is not None:  # None: privileged, every capability
+        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+        for cap in sorted(set(range(last + 1)) - {int(c) for c in keep}):
+            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
     os.setgroups([int(g) for g in spec.get("groups") or []])
     os.setgid(int(spec.get("gid", 0)))
     os.setuid(int(spec.get("uid", 0)))
+    if spec.get("no_new_privs"):  # allowPrivilegeEscalation: false
+        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
 def _chdir(cwd: str, create: bool) -> None:
