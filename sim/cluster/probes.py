@@ -16,11 +16,10 @@ from typing import Any
 
 import aiohttp
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 Obj = dict[str, Any]
 ExecProbe = Callable[[Sequence[str], float], Awaitable[bool]]
-_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-_SERVING = 1
 
 
 def _port(value: Any, ports: Mapping[str, int]) -> int:
@@ -42,33 +41,15 @@ def container_ports(container: Obj) -> dict[str, int]:
     }
 
 
-def _health_request(service: str) -> bytes:
-    """grpc.health.v1.HealthCheckRequest{service}: field 1, length-delimited."""
-    data = service.encode()
-    length = len(data)
-    varint = bytearray()
-    while True:
-        byte = length & 0x7F
-        length >>= 7
-        varint.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return (b"\x0a" + bytes(varint) + data) if data else b""
-
-
-def _serving(reply: bytes) -> bool:
-    """HealthCheckResponse{status = 1 (SERVING)}: field 1, varint."""
-    return len(reply) >= 2 and reply[0] == 0x08 and reply[1] == _SERVING
-
-
 async def _grpc(host: str, port: int, service: str, timeout: float) -> bool:
     async with grpc.aio.insecure_channel(f"{host}:{port}") as channel:
-        check = channel.unary_unary(_HEALTH_CHECK)
+        stub = health_pb2_grpc.HealthStub(channel)
         try:
-            reply = await check(_health_request(service), timeout=timeout)
+            request = health_pb2.HealthCheckRequest(service=service)
+            reply = await stub.Check(request, timeout=timeout)
         except grpc.aio.AioRpcError:
             return False
-        return _serving(bytes(reply))
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 async def _http(probe: Obj, host: str, port: int, timeout: float) -> bool:
