@@ -81,7 +81,7 @@ def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> 
     run.set_defaults(handler=_run_daemon)
     check.set_defaults(handler=_check_daemon)
 
-    from agent.diagnose.command import add_command as add_diagnose
+    from agent.diagnose.flags import add_command as add_diagnose
 
     add_diagnose(sub, environ=environ)
 

@@ -1,58 +1,23 @@
-"""`compute-domain-agent diagnose NAMESPACE/NAME`: the flags, one read of the cluster, the
-seven boundaries in order, the report. Exit status: 0 every boundary ok, 1 a stable
-failure, 3 only an expected bootstrap delay so far, 2 bad arguments or no API server."""
+"""`compute-domain-agent diagnose NAMESPACE/NAME`: one read of the cluster, the seven
+boundaries in order, the report (the flags are in `agent/diagnose/flags.py`). Exit
+status: 0 every boundary ok, 1 a stable failure, 3 only an expected bootstrap delay so
+far, 2 bad arguments or no API server."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
 from agent.diagnose import cluster_checks, node_checks
-from agent.diagnose.facts import DRIVER_MANAGED, HOST_MANAGED, Facts, cd_path, gather
+from agent.diagnose.facts import Facts, cd_path, gather
+from agent.diagnose.flags import DEFAULT_GRACE_S
 from agent.diagnose.reader import Reader, ReadError
 from agent.diagnose.report import BROKEN, EXIT_USAGE, SKIPPED, Boundary, Report
 from api import names
-from api.cli import Subcommands, env_option, parse_duration
-
-DEFAULT_DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
-DEFAULT_GRACE_S = 120.0
-
-
-def add_command(sub: Subcommands, environ: Mapping[str, str] | None = None) -> None:
-    p = sub.add_parser(
-        "diagnose", help="find the first broken boundary of a ComputeDomain (read-only)",
-        description="Follow a ComputeDomain's evidence chain through the API (installation, "
-        "node publication, controller reconciliation, allocation, node bootstrap, "
-        "injection, cleanup) and name the first boundary that is not ok, with the next "
-        "command to run. Only reads. Exit status: 0 all ok, 1 broken, 3 still bootstrapping "
-        "(expected delay), 2 bad arguments or API server unreachable.")
-    p.add_argument("domain", metavar="NAMESPACE/NAME", help="the ComputeDomain")
-    env_option(p, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
-               help="kubeconfig file; empty means in-cluster configuration", environ=environ)
-    # Not bound to $NAMESPACE as the driver's own flags are: in an admin's shell that
-    # variable means anything.
-    p.add_argument("--driver-namespace", default=DEFAULT_DRIVER_NAMESPACE,
-                   help="namespace the driver (controller, daemons, cliques) runs in "
-                   f"(default: {DEFAULT_DRIVER_NAMESPACE})")
-    p.add_argument("--mode", choices=(DRIVER_MANAGED, HOST_MANAGED), default="",
-                   help="IMEX mode of the installation (default: detected)")
-    p.add_argument("--grace", type=parse_duration, default=DEFAULT_GRACE_S,
-                   help="how long a missing step counts as expected bootstrap delay before "
-                   f"it is a failure (default: {DEFAULT_GRACE_S:g}s)")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
-    p.add_argument("--sim-root", type=Path, default=None,
-                   help="simulated cluster only: its root directory, to read the container "
-                   "views its kubelets publish")
-    p.set_defaults(handler=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    return run(args)
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None,

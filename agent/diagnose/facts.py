@@ -14,11 +14,12 @@ from typing import Any
 
 from agent.diagnose.reader import Reader, named
 from api import names
+from api.imex import MODE_DRIVER_MANAGED, MODE_HOST_MANAGED
 
 Obj = dict[str, Any]
 
-DRIVER_MANAGED = "driverManaged"
-HOST_MANAGED = "hostManaged"
+DRIVER_MANAGED = MODE_DRIVER_MANAGED
+HOST_MANAGED = MODE_HOST_MANAGED
 CONTROLLER_DEPLOYMENT = "compute-domain-controller"
 PLUGIN_DAEMONSET = "compute-domain-kubelet-plugin"
 

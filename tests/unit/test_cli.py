@@ -42,3 +42,18 @@ def test_subcommands_registered_by_a_program_run_their_handler(capsys):
     assert capsys.readouterr().out == "hello cd\n"
     assert run_program("p", None, ["version"], add) == 0
     assert capsys.readouterr().out == f"p {__version__}\n"
+
+
+def test_the_daemon_probe_does_not_load_the_kubernetes_client():
+    """`daemon check` is the IMEX daemon's exec probe, run every few seconds on every
+    node: it must not pay for the Kubernetes client (half a second of CPU a start) that
+    only `diagnose` and the long-running commands need."""
+    script = (
+        "import sys\n"
+        "from agent.cli import main\n"
+        "code = main(['daemon', 'check'])\n"
+        "print(code, sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, env={"PATH": "/usr/bin:/bin"}, check=True)  # fmt: skip
+    assert out.stdout.splitlines()[-1] == "0 []"
