@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,15 @@ def kubectl_bin() -> Path:
         return locate().path("kubectl")
     except ComponentsMissingError as err:
         pytest.fail(str(err))
+
+
+@pytest.fixture
+def set_umask() -> Iterator[Callable[[int], int]]:
+    """`os.umask` for this test only: the umask is process-wide, so whatever a test sets
+    comes back to what it was afterwards."""
+    old = os.umask(0o022)
+    os.umask(old)
+    try:
+        yield os.umask
+    finally:
+        os.umask(old)

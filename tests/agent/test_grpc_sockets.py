@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -32,12 +32,8 @@ def _umask() -> int:
 
 
 @pytest.fixture
-def usual_umask() -> Iterator[None]:
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
+def usual_umask(set_umask: Callable[[int], int]) -> None:
+    set_umask(0o022)
 
 
 def _mode(path: Path) -> int:

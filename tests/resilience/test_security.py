@@ -3,10 +3,9 @@ config can make it write, and how it fails under the shipped least-privilege RBA
 
 from __future__ import annotations
 
-import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,9 @@ from sim.cluster import manifests
 
 
 @pytest.fixture
-def permissive_umask() -> Iterator[None]:
+def permissive_umask(set_umask: Callable[[int], int]) -> None:
     """Start agents with umask 000: every mode they leave must be one they set on purpose."""
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
+    set_umask(0)
 
 
 def _mode(path: Path) -> int:

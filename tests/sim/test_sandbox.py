@@ -5,8 +5,7 @@ in-process agents and the tests)."""
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,8 @@ pytestmark = pytest.mark.skipif(bool(can_sandbox()), reason=can_sandbox() or "n/
 
 
 @pytest.fixture
-def private_umask() -> Iterator[None]:
-    old = os.umask(0o177)
-    try:
-        yield
-    finally:
-        os.umask(old)
+def private_umask(set_umask: Callable[[int], int]) -> None:
+    set_umask(0o177)
 
 
 def test_a_container_gets_umask_0022_whatever_its_starter_has(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -64,13 +64,9 @@ def _mode(path: Path) -> int:
 
 
 @pytest.fixture
-def strict_umask() -> Iterator[None]:
+def strict_umask(set_umask: Callable[[int], int]) -> None:
     """A umask that would strip group/other bits from anything created normally."""
-    old = os.umask(0o077)
-    try:
-        yield
-    finally:
-        os.umask(old)
+    set_umask(0o077)
 
 
 # --- file names -------------------------------------------------------------------------
