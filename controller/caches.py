@@ -82,7 +82,8 @@ class Caches:
             informer.stop()
 
     async def wait_synced(self, timeout: float) -> None:
-        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in self.all)), timeout)
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*(i.synced.wait() for i in self.all))
 
     @staticmethod
     def labeled(informer: Informer | None, uid: str, namespaces: tuple[str, ...] | None = None

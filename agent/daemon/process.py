@@ -381,7 +381,8 @@ class ImexProcess:
             with contextlib.suppress(ProcessLookupError):
                 child.proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(child.proc.wait(), self.grace)
+                async with asyncio.timeout(self.grace):
+                    await child.proc.wait()
             except TimeoutError:
                 log.warning(
                     "pid %d still running %.1fs after SIGTERM: sending SIGKILL",

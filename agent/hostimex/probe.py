@@ -105,7 +105,8 @@ class HostImexProbe:
         except OSError as err:
             raise HostImexNotReadyError(f"cannot run {argv[0]}: {err}") from None
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                out, _ = await proc.communicate()
         except TimeoutError:
             await _kill(proc)
             raise HostImexNotReadyError(

@@ -209,7 +209,8 @@ class PluginApp:
         if self.cluster is not None:
             if self.config.gpu_clique_label and self.clique is not None and self.clique.value:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.cluster.node.set_clique_label(None), 5)
+                    async with asyncio.timeout(5):
+                        await self.cluster.node.set_clique_label(None)
             self.cluster.stop()
         log.info("shutdown")
 

@@ -63,8 +63,8 @@ class ClusterView:
             informer.stop()
 
     async def wait_synced(self, timeout: float) -> None:
-        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in self.informers)),
-                               timeout)
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*(i.synced.wait() for i in self.informers))
 
     # --- the driver's Cluster protocol ---------------------------------------------------
 

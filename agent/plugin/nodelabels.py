@@ -129,4 +129,5 @@ class NodeLabelKeeper:
                 log.warning("node %s: repairing driver labels failed (will retry): %s",
                             self._node_name, error_text(err))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._node.changed(since), self._resync_s)
+                async with asyncio.timeout(self._resync_s):
+                    await self._node.changed(since)

@@ -167,7 +167,8 @@ async def watch_stream(
                 break
             wait = min(remaining, bookmark_interval()) if bookmarks else remaining
             try:
-                event = await asyncio.wait_for(watcher.queue.get(), wait)
+                async with asyncio.timeout(wait):
+                    event = await watcher.queue.get()
             except TimeoutError:
                 if bookmarks:
                     await response.write(

@@ -260,7 +260,10 @@ class Container:
         failure_threshold = int(probe.get("failureThreshold", 3))
         success_threshold = int(probe.get("successThreshold", 1))
         successes = failures = 0
-        while True:
+        proc = self.proc
+        # Only while this run of the container lives (kubelet does not probe a dead one):
+        # a probe loop must never outlive its run, even if a cancel was lost.
+        while proc is not None and proc.returncode is None and not self.stopping:
             if await self._probe_once(probe):
                 successes, failures = successes + 1, 0
             else:
@@ -284,6 +287,7 @@ class Container:
                 await self.signal(signal.SIGKILL)
                 return False
             await asyncio.sleep(period)
+        return False
 
     # --- status and stopping -----------------------------------------------------------
 
@@ -313,7 +317,8 @@ class Container:
         proc = self.proc
         if proc is not None and proc.returncode is None:
             try:
-                await asyncio.wait_for(proc.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await proc.wait()
             except TimeoutError:
                 await self.signal(signal.SIGKILL)
                 await proc.wait()
@@ -330,7 +335,8 @@ class Container:
         await self.signal(signal.SIGTERM)
         if self.proc is not None:
             try:
-                await asyncio.wait_for(self.proc.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await self.proc.wait()
             except TimeoutError:
                 await self.signal(signal.SIGKILL)
                 await self.proc.wait()

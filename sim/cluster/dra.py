@@ -234,7 +234,8 @@ class PluginWatcher:
                 return check()
 
         try:
-            return await asyncio.wait_for(waiter(), timeout)
+            async with asyncio.timeout(timeout):
+                return await waiter()
         except TimeoutError:
             raise TimeoutError(f"{what} within {timeout}s") from None
 

@@ -352,7 +352,8 @@ class InProcessExecutor:
             container.signal(signal.SIGTERM)
         for container in containers:
             try:
-                await asyncio.wait_for(container.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await container.wait()
             except TimeoutError:
                 container.signal(signal.SIGKILL)
                 await container.wait()
@@ -444,7 +445,8 @@ class InProcessAgent:
         if self._stop is not None:
             self._stop.set()
         try:
-            await asyncio.wait_for(asyncio.shield(self.task), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self.task)
         except TimeoutError:
             log.warning("%s did not stop within %.0fs; cancelling it", self.name, timeout)
             self.task.cancel()

@@ -186,7 +186,8 @@ class InProcessImexLauncher:
                 child.send_signal(signal.SIGTERM)
         for child in strays:
             try:
-                await asyncio.wait_for(child.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await child.wait()
             except TimeoutError:
                 child.kill_group()
                 await child.wait()
@@ -200,7 +201,8 @@ class InProcessImexLauncher:
                 child.send_signal(signal.SIGTERM)
         for child in children:
             try:
-                await asyncio.wait_for(child.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await child.wait()
             except TimeoutError:
                 child.kill_group()
                 await child.wait()

@@ -209,7 +209,8 @@ class KubeletServer:
         offset, inode = start
         while pod.alive() and not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), _FOLLOW_POLL)
+                async with asyncio.timeout(_FOLLOW_POLL):
+                    await self._stopping.wait()
             chunk = _read(path, offset)
             if not chunk:
                 if _inode(path) != inode:

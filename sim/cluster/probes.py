@@ -76,7 +76,8 @@ async def _http(probe: Obj, host: str, port: int, timeout: float) -> bool:
 
 async def _tcp(host: str, port: int, timeout: float) -> bool:
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError):
         return False
     writer.close()

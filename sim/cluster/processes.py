@@ -92,7 +92,8 @@ class ManagedProcess:
         if self.proc.returncode is None:
             self._signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self.proc.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.proc.wait()
             except TimeoutError:
                 log.warning("%s ignored SIGTERM for %.0fs; killing it", self.name, timeout)
                 self._signal(signal.SIGKILL)

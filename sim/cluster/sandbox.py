@@ -269,7 +269,8 @@ class SandboxExecutor:
         except StartError:
             return False
         try:
-            return await asyncio.wait_for(proc.wait(), timeout) == 0
+            async with asyncio.timeout(timeout):
+                return await proc.wait() == 0
         except TimeoutError:
             return False
         finally:

@@ -38,7 +38,8 @@ def test_a_container_gets_umask_0022_whatever_its_starter_has(
         )  # fmt: skip
         log = tmp_path / "c.log"
         container = await SandboxExecutor().start(launch, log)
-        assert await asyncio.wait_for(container.wait(), 30) == 0, log.read_text()
+        async with asyncio.timeout(30):
+            assert await container.wait() == 0, log.read_text()
         return log.read_text()
 
     assert asyncio.run(body()).split() == ["0022", "644", "65532"]
@@ -56,7 +57,8 @@ def _run(tmp_path: Path, script: str, container: dict[str, Any], uid: int = 0) -
         )  # fmt: skip
         log = tmp_path / "c.log"
         container_proc = await SandboxExecutor().start(launch, log)
-        assert await asyncio.wait_for(container_proc.wait(), 30) == 0, log.read_text()
+        async with asyncio.timeout(30):
+            assert await container_proc.wait() == 0, log.read_text()
         return log.read_text()
 
     return asyncio.run(body())
