@@ -141,10 +141,11 @@ def test_in_process_scale_smoke_36_nodes(short_dir: Path) -> None:
         finally:
             await cluster.stop()
 
+    # How long it takes is measured by `make bench` (tests/bench/bench_bringup.py), not
+    # asserted here: the waits above bound a hang, and the figures are printed.
     t0 = time.monotonic()
     started, ready = asyncio.run(main())
-    total = time.monotonic() - t0
-    assert total < 60, f"36 nodes took {total:.1f}s (start {started:.1f}s, ready {ready:.1f}s)"
+    print(f"36 nodes: {time.monotonic() - t0:.1f}s (start {started:.1f}s, ready {ready:.1f}s)")
 
 
 # --- the hooks on their own ----------------------------------------------------------

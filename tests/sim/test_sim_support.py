@@ -106,7 +106,10 @@ def test_reregistering_within_the_delay_calls_off_the_wipe(short_dir, control_pl
         assert await _slice_uid(cluster, "node-01") == uid
         assert cluster.nodes["node-01"].kubelet.wiped_slices == []
 
-    delay = 3.0
+    # Well above an agent's restart (a new container: Python start, cache sync and
+    # registration take about 3 s on an idle 2-core machine, more under load); kubelet's
+    # own default is 30 s.
+    delay = 10.0
     run_scenario(
         short_dir, body, control_plane=control_plane, nodes=1, cliques=1, slice_wipe_delay=delay
     )
