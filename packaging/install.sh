@@ -8,7 +8,7 @@
 #   --root DIR    install into DIR as if it were / (images, tests); default /
 #   --prefix DIR  where bin/compute-domain-agent goes; default /usr/local
 #   --from DIR    where the files come from: a bundle directory (the four files side by side)
-#                 or this repository (dist/ and packaging/systemd/); default: next to this script
+#                 or this repository (dist/ and systemd/); default: next to this script
 #
 # Installs (paths under --root):
 #   PREFIX/bin/compute-domain-agent
@@ -44,7 +44,7 @@ script_dir() {
 
 # find_source FILE: the path of FILE in the --from directory (bundle or repository layout).
 find_source() {
-    for candidate in "$FROM/$1" "$FROM/dist/$1" "$FROM/packaging/systemd/$1"; do
+    for candidate in "$FROM/$1" "$FROM/dist/$1" "$FROM/systemd/$1"; do
         if [ -f "$candidate" ]; then
             echo "$candidate"
             return 0
@@ -94,8 +94,8 @@ do_install() {
     bin_src=$(find_source "$NAME") ||
         die "no $NAME binary in $FROM (or $FROM/dist): build it with 'make binary', or pass --from DIR"
     [ -x "$bin_src" ] || die "$bin_src is not executable"
-    unit_src=$(find_source "$UNIT") || die "no $UNIT in $FROM (or $FROM/packaging/systemd)"
-    env_src=$(find_source "$ENVFILE") || die "no $ENVFILE in $FROM (or $FROM/packaging/systemd)"
+    unit_src=$(find_source "$UNIT") || die "no $UNIT in $FROM (or $FROM/systemd)"
+    env_src=$(find_source "$ENVFILE") || die "no $ENVFILE in $FROM (or $FROM/systemd)"
     paths
 
     copy_file "$bin_src" "$BIN_DEST" 0755
@@ -173,8 +173,9 @@ shift
 ROOT=/
 PREFIX=$DEFAULT_PREFIX
 FROM=$(script_dir)
-# The repository layout: this script lives in packaging/, the binary in dist/.
-if [ ! -f "$FROM/$NAME" ] && [ -f "$FROM/systemd/$UNIT" ]; then
+# The repository layout: this script lives in packaging/, the binary in dist/, the unit in
+# systemd/.
+if [ ! -f "$FROM/$NAME" ] && [ -f "$FROM/../systemd/$UNIT" ]; then
     FROM=$(CDPATH='' cd -- "$FROM/.." && pwd)
 fi
 BUNDLE_DIR=

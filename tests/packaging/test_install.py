@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "packaging" / "install.sh"
-SYSTEMD = REPO / "packaging" / "systemd"
+SYSTEMD = REPO / "systemd"
 UNIT = "compute-domain-agent.service"
 ENV = "compute-domain-agent.env"
 BIN = "usr/local/bin/compute-domain-agent"
@@ -118,12 +118,12 @@ def test_usage_errors(tmp_path):
 
 
 def test_repository_layout_and_bundle(tmp_path):
-    """From a checkout (dist/ + packaging/systemd/) to a bundle, and from the bundle to a host."""
+    """From a checkout (dist/ + systemd/) to a bundle, and from the bundle to a host."""
     repo = tmp_path / "repo"
     (repo / "dist").mkdir(parents=True)
     (repo / "dist/compute-domain-agent").write_text("#!/bin/sh\n")
     (repo / "dist/compute-domain-agent").chmod(0o755)
-    shutil.copytree(SYSTEMD, repo / "packaging/systemd")
+    shutil.copytree(SYSTEMD, repo / "systemd")
     out_dir = tmp_path / "carry"
     run("bundle", out_dir, "--from", repo)
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(
@@ -133,6 +133,23 @@ def test_repository_layout_and_bundle(tmp_path):
     subprocess.run(["sh", str(out_dir / "install.sh"), "install", "--root", str(root)],
                    check=True, capture_output=True, timeout=60)
     assert set(tree(root)) == {BIN, UNIT_DEST, ENV_DEST, ENV_SHIPPED}
+
+
+def test_make_bundle_finds_the_checkouts_files_without_from(tmp_path):
+    """`make bundle` runs packaging/install.sh with no --from: the script finds dist/ and
+    the top-level systemd/ of the checkout it lives in."""
+    repo = tmp_path / "repo"
+    (repo / "packaging").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "packaging/install.sh")
+    (repo / "dist").mkdir()
+    (repo / "dist/compute-domain-agent").write_text("#!/bin/sh\n")
+    shutil.copytree(SYSTEMD, repo / "systemd")
+    out_dir = tmp_path / "carry"
+    subprocess.run(["sh", str(repo / "packaging/install.sh"), "bundle", str(out_dir)],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(
+        ["compute-domain-agent", UNIT, ENV, "install.sh"])
+    assert (out_dir / UNIT).read_bytes() == (SYSTEMD / UNIT).read_bytes()
 
 
 @pytest.mark.parametrize("shell", ["sh", "dash", "bash"])

@@ -15,8 +15,8 @@ from api.cli import program_parser
 from api.featuregates import COMPUTE_DOMAIN_CLIQUES, HOST_MANAGED_IMEX_DAEMON
 
 REPO = Path(__file__).resolve().parents[2]
-UNIT = REPO / "packaging" / "systemd" / "compute-domain-agent.service"
-ENV_FILE = REPO / "packaging" / "systemd" / "compute-domain-agent.env"
+UNIT = REPO / "systemd" / "compute-domain-agent.service"
+ENV_FILE = REPO / "systemd" / "compute-domain-agent.env"
 ENV_INSTALLED = "/etc/compute-domain-agent/compute-domain-agent.env"
 BINARY = "/usr/local/bin/compute-domain-agent"
 
