@@ -103,9 +103,10 @@ def test_in_process_cluster_runs_the_example_to_ready_and_cleans_up(
             assert len(logs) == len(first)
             for text in logs:
                 assert "nvidia-imex[" in text and "IMEX daemon is ready (READY)" in text
-            # No agent, daemon or IMEX process exists (nothing but the controller).
+            # No agent, daemon or IMEX process exists (nothing but the controller). Not
+            # process_leftovers here: the workload containers are processes of this cluster,
+            # and one may still be between fork and exec; it runs after the stop below.
             assert _driver_children() == []
-            assert process_leftovers(short_dir, [p.pid for p in cluster.processes() if p.pid]) == []
 
             await delete_objects(cluster.admin, objects)  # type: ignore[arg-type]
             left = await wait_clean(cluster, [chain.uid], [example.NAMESPACE], 60)
