@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -93,3 +94,14 @@ def set_umask() -> Iterator[Callable[[int], int]]:
         yield os.umask
     finally:
         os.umask(old)
+
+
+@pytest.fixture(autouse=True)
+def collect_garbage_here() -> Iterator[None]:
+    """Finalize each test's garbage on the main thread, right after the test. A gRPC aio
+    channel or server that a test left to the garbage collector, finalized later in some
+    other thread (an API emulator's, in the middle of a JSON parse), joins gRPC's poller
+    thread while holding gRPC's global aio lock: the next channel created on the main
+    thread then waits for that lock forever (seen in CI, in test_diagnose)."""
+    yield
+    gc.collect()
