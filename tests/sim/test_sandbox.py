@@ -28,21 +28,7 @@ def test_a_container_gets_umask_0022_whatever_its_starter_has(
     """Under the starter's umask 0177 the writable layer would be mode 0600, and a
     non-root container could not even enter its own `/`."""
     script = "umask; cd / && touch /tmp/made && stat -c %a /tmp/made && id -u"
-
-    async def body() -> str:
-        state = tmp_path / "state"
-        state.mkdir(mode=0o700)
-        launch = Launch(
-            argv=("sh", "-c", script), env={"PATH": "/usr/bin:/bin"}, uid=65532, gid=65532,
-            cwd="/", state_dir=str(state),
-        )  # fmt: skip
-        log = tmp_path / "c.log"
-        container = await SandboxExecutor().start(launch, log)
-        async with asyncio.timeout(30):
-            assert await container.wait() == 0, log.read_text()
-        return log.read_text()
-
-    assert asyncio.run(body()).split() == ["0022", "644", "65532"]
+    assert _run(tmp_path, script, {"name": "c"}, uid=65532).split() == ["0022", "644", "65532"]
 
 
 def _run(tmp_path: Path, script: str, container: dict[str, Any], uid: int = 0) -> str:
