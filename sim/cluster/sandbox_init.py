@@ -145,11 +145,8 @@ def _devices(root: str, devices: list[dict[str, Any]], privileged: bool) -> None
         found = Path("/dev", name).stat()
         os.mknod(dev / name, stat.S_IFCHR | 0o666, found.st_rdev)
         (dev / name).chmod(0o666)
-    if privileged:
-        defaults = {f"/dev/{name}" for name in DEFAULT_DEVICES}
-        devices = [d for d in _host_devices() if d["path"] not in defaults] + [
-            d for d in devices if not os.path.lexists(_inside(root, d["path"]))
-        ]
+    if privileged:  # a node already made (a default, or a host device) is skipped below
+        devices = [*_host_devices(), *devices]
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         (dev / name).symlink_to(target)
@@ -160,7 +157,7 @@ def _devices(root: str, devices: list[dict[str, Any]], privileged: bool) -> None
         path = Path(_inside(root, node["path"]))
         if not str(path).startswith(f"{dev}/"):
             raise SetupError(f"device node {node['path']} is not under /dev")
-        if os.path.lexists(path):  # a host device a CDI spec names as well
+        if os.path.lexists(path):  # made already: a default node, or named twice
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         kind = stat.S_IFBLK if node.get("type") == "b" else stat.S_IFCHR
