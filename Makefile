@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint unit proto bench binary binaries bundle clean k8s
+.PHONY: test demo lint unit proto bench binary binaries bundle clean k8s helm manifests
 
 # The pinned upstream Kubernetes components (upstream/: one Go module, one binary that
 # dispatches to etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl),
@@ -21,7 +21,21 @@ K8S_LDFLAGS := -s -w $(foreach pkg,k8s.io/client-go/pkg/version k8s.io/component
 	-X $(pkg).gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
 	-X $(pkg).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))))
 
-test: $(STAMP) k8s
+# The pinned Helm CLI (upstream/helm/: its own Go module, so helm's Kubernetes libraries
+# leave upstream/go.mod alone; a `tool` directive names helm.sh/helm/v3/cmd/helm), built from
+# the Go module proxy into .cache/bin/helm with the version stamps helm's own Makefile sets:
+# the release, its commit (the proxy's record of the tag), a clean tree, and the Kubernetes
+# version of the client-go it links (what `helm template` reports as .Capabilities.KubeVersion).
+HELM_VERSION   := $(shell sed -n 's/^[[:space:]]*helm.sh\/helm\/v3 \(v[^ ]*\).*$$/\1/p' upstream/helm/go.mod)
+HELM_K8S_MINOR := $(shell sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*$$/\1/p' upstream/helm/go.mod)
+HELM_BIN       := .cache/bin/helm
+HELM_LDFLAGS   := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/internal/version.metadata= \
+	-X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+	$(foreach pkg,helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil,\
+	-X $(pkg).k8sVersionMajor=1 -X $(pkg).k8sVersionMinor=$(HELM_K8S_MINOR))
+
+test: $(STAMP) k8s helm
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
@@ -44,7 +58,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Benchmarks (long; not part of `make test`): tables on stdout and in tests/bench/RESULTS.md.
-bench: $(STAMP) k8s
+bench: $(STAMP) k8s helm
 	$(PY) tests/bench/bench_apiserver.py
 	$(PY) tests/bench/bench_controller.py
 	$(PY) tests/bench/bench_prepare.py
@@ -54,6 +68,11 @@ bench: $(STAMP) k8s
 	$(PY) tests/bench/bench_controlplanes.py
 	$(PY) tests/bench/bench_label_repair.py
 	$(PY) tests/bench/bench_k8s_build.py
+
+# packaging/deploy/<mode>.yaml (static manifests for `kubectl apply -f`) from the Helm chart;
+# tests/packaging/test_deploy_manifests.py fails while they are stale.
+manifests: $(STAMP) helm
+	$(PY) -m sim.cluster.manifests --helm $(HELM_BIN)
 
 # The single-file agent (PyInstaller onefile): dist/compute-domain-agent. Runs without Python.
 binary: $(STAMP)
@@ -78,6 +97,16 @@ $(K8S_BIN): upstream/go.mod upstream/go.sum $(wildcard upstream/*.go)
 $(K8S_DIR)/.linked: $(K8S_BIN)
 	cd $(K8S_DIR) && for tool in $(K8S_TOOLS); do ln -sf upstream $$tool; done
 	@touch $@
+
+helm: $(HELM_BIN)
+
+$(HELM_BIN): upstream/helm/go.mod upstream/helm/go.sum
+	@command -v go >/dev/null || { echo "make helm needs Go (see upstream/helm/go.mod for the version)" >&2; exit 1; }
+	@mkdir -p $(dir $(HELM_BIN))
+	cd upstream/helm && commit=$$(go mod download -json helm.sh/helm/v3@$(HELM_VERSION) | sed -n 's/^[[:space:]]*"Hash": "\([0-9a-f]*\)".*/\1/p') && \
+	go build -trimpath -buildvcs=false -ldflags "$(HELM_LDFLAGS) -X helm.sh/helm/v3/internal/version.gitCommit=$$commit" \
+		-o ../../$(HELM_BIN).tmp helm.sh/helm/v3/cmd/helm
+	mv $(HELM_BIN).tmp $(HELM_BIN)
 
 # Regenerate the kubelet gRPC stubs from api/kubelet/**/*.proto (committed).
 proto: $(STAMP)

@@ -17,7 +17,8 @@ from sim.controlplane import CONTROL_PLANES, KUBERNETES
 from sim.controlplane.binaries import ComponentsMissingError, available, locate
 
 REPO = Path(__file__).resolve().parents[1]
-CRD_DIR = REPO / "packaging" / "deploy" / "base" / "crds"
+CRD_DIR = REPO / "packaging" / "helm" / "dra-driver-nvidia-gpu" / "crds"  # the chart's
+HELM = REPO / ".cache" / "bin" / "helm"
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def k8s(apiserver: ServerThread):
 @pytest.fixture
 def project_crds(k8s) -> list[dict]:
     """The project's CRDs, created through the API as
-    `kubectl apply -f packaging/deploy/base/crds` would."""
+    `kubectl apply -f packaging/helm/dra-driver-nvidia-gpu/crds` would."""
     from kubernetes import client
 
     api = client.ApiextensionsV1Api(k8s)
@@ -82,6 +83,18 @@ def kubectl_bin() -> Path:
         return locate().path("kubectl")
     except ComponentsMissingError as err:
         pytest.fail(str(err))
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """The Helm CLI of the release `upstream/helm/go.mod` pins (`make helm`), never one that
+    happens to be on PATH; a missing one fails the test with the command that builds it."""
+    if not os.access(HELM, os.X_OK):
+        pytest.fail(
+            f"the pinned Helm CLI is not built at {HELM}: run `make helm` in {REPO} "
+            "(Go from upstream/helm/go.mod; a cold build takes a few minutes)"
+        )
+    return HELM
 
 
 @pytest.fixture

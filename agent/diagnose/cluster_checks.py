@@ -9,7 +9,15 @@ is a stable failure.
 
 from __future__ import annotations
 
-from agent.diagnose.facts import CRD_PATH, DEVICE_CLASS_PATH, Facts, labels, md, parse_time
+from agent.diagnose.facts import (
+    CONTROLLER_DEPLOYMENT,
+    CRD_PATH,
+    DEVICE_CLASS_PATH,
+    Facts,
+    labels,
+    md,
+    parse_time,
+)
 from agent.diagnose.reader import named
 from agent.diagnose.report import BROKEN, WAITING, Boundary
 from api import names
@@ -21,8 +29,13 @@ NOT_REGISTERED = ("is not registered", "not found in the list of registered DRA"
 
 
 def overlay(facts: Facts) -> str:
-    mode = "host-managed" if facts.host_managed else "driver-managed"
-    return f"kubectl apply -k packaging/deploy/overlays/{mode}"
+    """The install command of the README for the cluster's IMEX mode."""
+    command = (f"helm upgrade --install dra-driver-nvidia-gpu packaging/helm/dra-driver-nvidia-gpu"
+               f" --namespace {facts.driver_namespace} --create-namespace")
+    if facts.host_managed:
+        command += (" --set resources.computeDomains.imex.mode=hostManaged"
+                    " --set featureGates.HostManagedIMEXDaemon=true")
+    return command
 
 
 def by_age(age: float, grace: float) -> str:
@@ -30,7 +43,7 @@ def by_age(age: float, grace: float) -> str:
 
 
 def controller_logs(facts: Facts) -> str:
-    return f"kubectl -n {facts.driver_namespace} logs deploy/compute-domain-controller"
+    return f"kubectl -n {facts.driver_namespace} logs deploy/{CONTROLLER_DEPLOYMENT}"
 
 
 def installation(facts: Facts, grace: float) -> Boundary:
@@ -94,7 +107,7 @@ def _controller(facts: Facts, b: Boundary) -> None:
     if reason:
         b.see(f"{where}: could not read it ({reason})")
         return
-    b.see(f"{where}: MISSING; no Deployment {ns}/compute-domain-controller")
+    b.see(f"{where}: MISSING; no Deployment {ns}/{CONTROLLER_DEPLOYMENT}")
     b.fail(BROKEN, "no controller is running (no leader Lease, no Deployment)",
            f"kubectl -n {ns} get deploy,pods; {overlay(facts)}")
 

@@ -20,8 +20,9 @@ Obj = dict[str, Any]
 
 DRIVER_MANAGED = MODE_DRIVER_MANAGED
 HOST_MANAGED = MODE_HOST_MANAGED
-CONTROLLER_DEPLOYMENT = "compute-domain-controller"
-PLUGIN_DAEMONSET = "compute-domain-kubelet-plugin"
+# The Helm chart's names for its default release (`dra-driver-nvidia-gpu`, as the reference's).
+CONTROLLER_DEPLOYMENT = "dra-driver-nvidia-gpu-controller"
+PLUGIN_DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 DEVICE_CLASS_PATH = "/apis/resource.k8s.io/v1/deviceclasses"

@@ -13,7 +13,7 @@ from api import names
 from api.cli import Subcommands, env_option, parse_duration
 from api.imex import MODE_DRIVER_MANAGED, MODE_HOST_MANAGED
 
-DEFAULT_DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
+DEFAULT_DRIVER_NAMESPACE = "dra-driver-nvidia-gpu"
 DEFAULT_GRACE_S = 120.0
 
 

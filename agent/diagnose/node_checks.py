@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from agent.diagnose.cluster_checks import PREPARE_FAILED, by_age, target_nodes
-from agent.diagnose.facts import Facts, labels, md, parse_time
+from agent.diagnose.facts import CONTROLLER_DEPLOYMENT, Facts, labels, md, parse_time
 from agent.diagnose.report import BROKEN, SKIPPED, WAITING, Boundary
 from api import names
 
@@ -277,7 +277,7 @@ def cleanup(facts: Facts, grace: float) -> Boundary:
     if finalizers or left:
         b.fail(by_age(ago, grace), "the controller has not finished cleaning up: "
                + "; ".join(left or [f"finalizer {names.FINALIZER} still set"]),
-               f"kubectl -n {facts.driver_namespace} logs deploy/compute-domain-controller")
+               f"kubectl -n {facts.driver_namespace} logs deploy/{CONTROLLER_DEPLOYMENT}")
     return b
 
 

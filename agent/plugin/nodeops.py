@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 _CONFLICT_RETRIES = 8
 MERGE_PATCH = "application/merge-patch+json"
 RBAC_HINT = ("the agent's ServiceAccount lacks this permission: grant it in the ClusterRole "
-             "compute-domain-kubelet-plugin (packaging/deploy/base/rbac-kubelet-plugin.yaml)")
+             "dra-driver-nvidia-gpu-clusterrole-kubeletplugin (the Helm chart's "
+             "templates/rbac-kubeletplugin.yaml)")
 
 
 def forbidden(what: str, err: ApiException) -> PermanentError:

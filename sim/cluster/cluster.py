@@ -176,7 +176,7 @@ class SimCluster:
         self.root = Path(spec.root)
         self.network = spec.network or random_network()
         self.objects = for_one_machine(
-            manifests.render(manifests.overlay_path(spec.mode)),
+            manifests.load(spec.mode),
             spec.verbosity,
             host_managed=spec.mode == "hostManaged",
             agent_env=spec.agent_env,

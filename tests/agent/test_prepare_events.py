@@ -235,8 +235,8 @@ def test_host_managed_not_ready_says_what_the_probe_answered(apiserver, cluster,
 
 # --- RBAC without events: Prepare is the same, the 403 is only logged -------------------
 
-DEPLOY_NS = "nvidia-dra-driver-gpu"
-SA_PLUGIN = "compute-domain-kubelet-plugin"
+DEPLOY_NS = "dra-driver-nvidia-gpu"
+SA_PLUGIN = "dra-driver-nvidia-gpu-service-account-kubeletplugin"
 
 
 class RbacNode(NodeEnv):
@@ -253,7 +253,7 @@ def test_a_forbidden_event_does_not_fail_prepare(short_dir, tmp_path, caplog):
     admin = thread.api_client("admin")
     agent = None
     try:
-        manifests.apply(admin, manifests.render(manifests.overlay_path("driverManaged")))
+        manifests.apply(admin, manifests.load("driverManaged"))
         objects = ClusterObjects(admin)
         objects.node(NODE)
         rbac = client.RbacAuthorizationV1Api(admin)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sim.cluster import manifests
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -52,7 +54,7 @@ spec:
 
 
 def test_apply_crds_create_get_label_patch_delete(kubectl, tmp_path):
-    out = kubectl("apply", "-f", str(REPO / "packaging" / "deploy" / "base" / "crds"))
+    out = kubectl("apply", "-f", str(manifests.CRD_DIR))
     assert "computedomains.resource.nvidia.com created" in out.stdout
     (tmp_path / "cd.yaml").write_text(CD_YAML)
     kubectl("create", "-f", str(tmp_path / "cd.yaml"))
@@ -154,7 +156,7 @@ def test_get_events(kubectl):
 
 
 def test_unknown_fields_are_refused_by_kubectl_create(kubectl, tmp_path):
-    kubectl("apply", "-f", str(REPO / "packaging" / "deploy" / "base" / "crds"))
+    kubectl("apply", "-f", str(REPO / "packaging" / "helm" / "dra-driver-nvidia-gpu" / "crds"))
     (tmp_path / "cd.yaml").write_text(
         CD_YAML.replace("  numNodes: 1\n", "  numNodes: 1\n  nodes: 2\n")
     )

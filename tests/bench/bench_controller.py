@@ -30,7 +30,7 @@ from results import write_section  # noqa: E402
 from api import names  # noqa: E402
 from sim.apiserver.runner import ServerThread  # noqa: E402
 
-NS = "nvidia-dra-driver-gpu"
+NS = "dra-driver-nvidia-gpu"
 WRITES = ("create", "update", "patch", "delete")
 
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
     root = Path(tempfile.mkdtemp(prefix="cd-bench-", dir="/tmp"))
     server = ServerThread().start()
     api = server.api_client()
-    for crd in sorted((REPO / "packaging/deploy/base/crds").glob("*.yaml")):
+    for crd in sorted((REPO / "packaging/helm/dra-driver-nvidia-gpu/crds").glob("*.yaml")):
         client.ApiextensionsV1Api(api).create_custom_resource_definition(
             yaml.safe_load(crd.read_text())
         )

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
     server = ServerThread().start()
     api = server.api_client()
     cluster = ClusterObjects(api)
-    for crd in sorted((REPO / "packaging/deploy/base/crds").glob("*.yaml")):
+    for crd in sorted((REPO / "packaging/helm/dra-driver-nvidia-gpu/crds").glob("*.yaml")):
         import yaml
         from kubernetes import client
 

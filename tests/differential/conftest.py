@@ -23,7 +23,7 @@ from sim.controlplane.binaries import available
 from sim.controlplane.emulator import EmulatorControlPlane
 from sim.controlplane.upstream import KubernetesControlPlane
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "packaging" / "deploy" / "base" / "crds"
+CRD_DIR = manifests.CRD_DIR
 
 
 class _Loop:

@@ -20,8 +20,8 @@ from api import names
 from sim.cluster import manifests
 
 Obj = dict[str, Any]
-NS = "nvidia-dra-driver-gpu"
-PLUGIN_SA = "compute-domain-kubelet-plugin"
+NS = "dra-driver-nvidia-gpu"
+PLUGIN_SA = "dra-driver-nvidia-gpu-service-account-kubeletplugin"
 DAEMON_SA = names.DAEMON_SERVICE_ACCOUNT
 DOMAIN_A = "aaaaaaaa-0000-4000-8000-000000000001"
 DOMAIN_B = "bbbbbbbb-0000-4000-8000-000000000002"
@@ -56,7 +56,7 @@ class Identities:
 
     def setup(self) -> None:
         s = self.server
-        objects = [o for o in manifests.render(manifests.overlay_path("driverManaged"))
+        objects = [o for o in manifests.load("driverManaged")
                    if o["kind"] not in ("Deployment", "DaemonSet", "CustomResourceDefinition")]
         manifests.apply(s.admin.api_client(), objects)
         for node in ("policy-node-a", "policy-node-b"):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -25,8 +24,9 @@ from kubernetes.client.rest import ApiException
 from api.computedomain import ComputeDomain
 from api.errors import ValidationError
 from sim.apiserver.runner import ServerThread
+from sim.cluster import manifests
 
-REPO_CRDS = Path(__file__).resolve().parents[2] / "packaging" / "deploy" / "base" / "crds"
+REPO_CRDS = manifests.CRD_DIR
 GROUP, VERSION, PLURAL, NS = "resource.nvidia.com", "v1beta1", "computedomains", "default"
 
 leaf = json_scalars | st.sampled_from(["All", "Single", "all", "", "rct", 0, -1, 2**31, 2**63])

@@ -1,18 +1,16 @@
-"""The kustomize deploy manifests: what kubectl renders, what the sim renders, and that the
-shipped least-privilege RBAC really lets each component make the calls its code makes."""
+"""The static deploy manifests: that they are the chart's `helm template` output, what they
+hold, and that the shipped least-privilege RBAC really lets each component make the calls its
+code makes."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -23,16 +21,22 @@ from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
 
 MODES = ("driverManaged", "hostManaged")
-DRIVER_NS = "nvidia-dra-driver-gpu"
+DRIVER_NS = "dra-driver-nvidia-gpu"
 USER_NS = "team-a"
 IMAGE = f"nvcr.io/nvidia/compute-domain-driver:v{__version__}"
-SA_CONTROLLER = "compute-domain-controller"
-SA_PLUGIN = "compute-domain-kubelet-plugin"
+# The reference chart's names for the release dra-driver-nvidia-gpu.
+CONTROLLER = "dra-driver-nvidia-gpu-controller"
+PLUGIN = "dra-driver-nvidia-gpu-kubelet-plugin"
+SA_CONTROLLER = "dra-driver-nvidia-gpu-service-account-controller"
+SA_PLUGIN = "dra-driver-nvidia-gpu-service-account-kubeletplugin"
+LEASE = "dra-driver-nvidia-gpu-controller"
 DAEMON_CD = "0f3c2a9e-1b2c-4d5e-8f90-123456789abc"
 DAEMON_POD = f"{names.daemon_object_name(DAEMON_CD)}-abcde"  # what its DaemonSet names it
-DAEMON_RBAC = {("ServiceAccount", names.DAEMON_SERVICE_ACCOUNT), ("Role", "compute-domain-daemon"),
-               ("RoleBinding", "compute-domain-daemon"), ("ClusterRole", "compute-domain-daemon"),
-               ("ClusterRoleBinding", "compute-domain-daemon")}
+DAEMON_RBAC = {("ServiceAccount", names.DAEMON_SERVICE_ACCOUNT),
+               ("Role", "compute-domain-daemon-role"),
+               ("RoleBinding", "compute-domain-daemon-role-binding"),
+               ("ClusterRole", "compute-domain-daemon-role"),
+               ("ClusterRoleBinding", "compute-domain-daemon-role-binding")}
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
@@ -56,21 +60,19 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, list[dict[str, Any]]]:
-    return {mode: manifests.render(manifests.overlay_path(mode)) for mode in MODES}
+    return {mode: manifests.load(mode) for mode in MODES}
 
 
 # --- rendering ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_render_equals_kubectl_kustomize(mode: str, rendered: dict, kubectl_bin) -> None:
-    out = subprocess.run([kubectl_bin, "kustomize", str(manifests.overlay_path(mode))],
-                         check=True, capture_output=True, text=True, timeout=60).stdout
-    theirs = sorted((d for d in yaml.safe_load_all(out) if d), key=_key)
-    ours = sorted(rendered[mode], key=_key)
-    assert [_key(o) for o in ours] == [_key(o) for o in theirs]
-    for mine, kubectls in zip(ours, theirs, strict=True):
-        assert mine == kubectls, _key(mine)
+def test_committed_manifests_equal_helm_template(mode: str, helm_bin) -> None:
+    """`make manifests` was run after the last chart change: the committed file is the
+    chart's render, byte for byte."""
+    committed = manifests.manifest_path(mode).read_text()
+    assert manifests.render_static(helm_bin, mode) == committed, (
+        f"{manifests.manifest_path(mode)} is stale: run `make manifests`")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -94,11 +96,11 @@ def test_modes_differ_only_in_daemon_pieces_and_imex_mode(rendered: dict) -> Non
         channel = _find(objects, "DeviceClass", names.DEVICE_CLASS_DEFAULT_CHANNEL)
         assert channel["spec"]["selectors"] == [
             {"cel": {"expression": names.DEVICE_CLASS_DEFAULT_CHANNEL_SELECTOR}}]
-        for kind, name in (("Deployment", SA_CONTROLLER), ("DaemonSet", SA_PLUGIN)):
+        for kind, name in (("Deployment", CONTROLLER), ("DaemonSet", PLUGIN)):
             env = _env(_container(objects, kind, name))
             assert env["IMEX_MODE"] == mode
-            gates = "HostManagedIMEXDaemon=true" if mode == "hostManaged" else ""
-            assert env["FEATURE_GATES"] == gates
+            gates = "HostManagedIMEXDaemon=true," if mode == "hostManaged" else ""
+            assert env.get("FEATURE_GATES", "") == gates
     daemon = _find(rendered["driverManaged"], "DeviceClass", names.DEVICE_CLASS_DAEMON)
     assert daemon["spec"]["selectors"] == [
         {"cel": {"expression": names.DEVICE_CLASS_DAEMON_SELECTOR}}]
@@ -106,10 +108,10 @@ def test_modes_differ_only_in_daemon_pieces_and_imex_mode(rendered: dict) -> Non
 
 def test_one_image_for_controller_plugin_and_daemon_pods(rendered: dict) -> None:
     for objects in rendered.values():
-        controller = _container(objects, "Deployment", SA_CONTROLLER)
+        controller = _container(objects, "Deployment", CONTROLLER)
         assert controller["image"] == IMAGE
         assert _env(controller)["IMAGE_NAME"] == IMAGE
-        assert _container(objects, "DaemonSet", SA_PLUGIN)["image"] == IMAGE
+        assert _container(objects, "DaemonSet", PLUGIN)["image"] == IMAGE
 
 
 def _parse_env(monkeypatch: pytest.MonkeyPatch, container: dict[str, Any],
@@ -134,22 +136,23 @@ def test_env_is_accepted_by_the_real_flag_parsers(mode: str, rendered: dict,
 
     objects = rendered[mode]
     with monkeypatch.context() as m:
-        cfg = controller_config(_parse_env(m, _container(objects, "Deployment", SA_CONTROLLER),
+        cfg = controller_config(_parse_env(m, _container(objects, "Deployment", CONTROLLER),
                                            add_controller_flags))
     assert cfg.host_managed == (mode == "hostManaged")
-    assert cfg.leader_election and cfg.http_endpoint == ":8080"
-    assert cfg.lease_name == names.DEFAULT_LEADER_ELECTION_LEASE_NAME
+    # The reference chart's defaults: one replica, leader election off, its Lease name.
+    assert not cfg.leader_election and cfg.http_endpoint == ":8080"
+    assert cfg.lease_name == LEASE
     with monkeypatch.context() as m:
-        agent = plugin_config(_parse_env(m, _container(objects, "DaemonSet", SA_PLUGIN),
+        agent = plugin_config(_parse_env(m, _container(objects, "DaemonSet", PLUGIN),
                                          add_plugin_flags))
     assert agent.host_managed == (mode == "hostManaged")
     assert str(agent.plugins_dir) == names.KUBELET_PLUGINS_DIR
     assert str(agent.registrar_dir) == names.KUBELET_REGISTRY_DIR
     assert str(agent.cdi_root) == names.DEFAULT_CDI_ROOT
     assert agent.healthcheck_port == 51515
-    ds = _find(objects, "DaemonSet", SA_PLUGIN)["spec"]["template"]["spec"]
-    mounts = {m["name"]: m["mountPath"] for m in _container(objects, "DaemonSet",
-                                                            SA_PLUGIN)["volumeMounts"]}
+    ds = _find(objects, "DaemonSet", PLUGIN)["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"]
+              for m in _container(objects, "DaemonSet", PLUGIN)["volumeMounts"]}
     host = {v["name"]: v["hostPath"]["path"] for v in ds["volumes"]}
     assert mounts["plugins"] == host["plugins"] == str(agent.plugins_dir)
     assert mounts["plugins-registry"] == host["plugins-registry"] == str(agent.registrar_dir)
@@ -158,24 +161,9 @@ def test_env_is_accepted_by_the_real_flag_parsers(mode: str, rendered: dict,
     assert host["driver-root"] == str(agent.host_driver_root)
 
 
-def _kustomization(tmp_path: Path, text: str) -> Path:
-    (tmp_path / "kustomization.yaml").write_text(text)
-    (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")
-    return tmp_path
-
-
-def test_unsupported_kustomization_fields_are_refused(tmp_path: Path) -> None:
-    path = _kustomization(tmp_path, "resources: [cm.yaml]\nnamePrefix: team-\n")
-    with pytest.raises(ValueError, match=r"kustomization\.yaml: field 'namePrefix' is not "):
-        manifests.render(path)
-    _kustomization(tmp_path, "resources: [cm.yaml]\npatches:\n- path: p.yaml\n"
-                   "  target: {kind: ConfigMap}\n")
-    with pytest.raises(ValueError, match=r"patches\[0\]: field 'target' is not supported"):
-        manifests.render(path)
-    assert manifests.render(_kustomization(tmp_path, "resources: [cm.yaml]\n")) == [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}]
-    with pytest.raises(ValueError, match="unknown IMEX mode"):
-        manifests.overlay_path("bogus")
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown IMEX mode 'bogus': use one of"):
+        manifests.manifest_path("bogus")
 
 
 # --- RBAC against the emulator ------------------------------------------------------------
@@ -280,10 +268,10 @@ def test_controller_service_account(secured: dict[str, client.ApiClient]) -> Non
     # Leader election.
     coord = client.CoordinationV1Api(sa)
     lease = coord.create_namespaced_lease(DRIVER_NS, {
-        "metadata": {"name": names.DEFAULT_LEADER_ELECTION_LEASE_NAME},
+        "metadata": {"name": LEASE},
         "spec": {"holderIdentity": "me"}})
-    lease = coord.read_namespaced_lease(names.DEFAULT_LEADER_ELECTION_LEASE_NAME, DRIVER_NS)
-    coord.replace_namespaced_lease(names.DEFAULT_LEADER_ELECTION_LEASE_NAME, DRIVER_NS, lease)
+    lease = coord.read_namespaced_lease(LEASE, DRIVER_NS)
+    coord.replace_namespaced_lease(LEASE, DRIVER_NS, lease)
     # Outside its role.
     _forbidden(lambda: coord.read_namespaced_lease("someone-elses-lease", DRIVER_NS))
     _forbidden(lambda: apps.create_namespaced_daemon_set(USER_NS, ds))

@@ -18,5 +18,5 @@ def test_demo_with_the_frozen_agent(frozen_agent, short_dir):
     # which the kubelet-plugin and IMEX daemon containers run.
     for node in ("node-01", "node-02"):
         pods = short_dir / "nodes" / node / "pods"
-        [log] = pods.glob("*_compute-domain-kubelet-plugin-*/kubelet-plugin.log")
+        [log] = pods.glob("*_dra-driver-nvidia-gpu-kubelet-plugin-*/compute-domains.log")
         assert "(single-file binary, pid" in log.read_text()

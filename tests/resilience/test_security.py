@@ -172,8 +172,8 @@ def test_hostile_claim_references_are_refused_per_claim_and_write_nothing(
 
 # --- (c) the shipped least-privilege RBAC ---------------------------------------------------
 
-DEPLOY_NS = "nvidia-dra-driver-gpu"
-SA_PLUGIN = "compute-domain-kubelet-plugin"
+DEPLOY_NS = "dra-driver-nvidia-gpu"
+SA_PLUGIN = "dra-driver-nvidia-gpu-service-account-kubeletplugin"
 USER_NS = "team-a"
 
 
@@ -188,7 +188,7 @@ def secured() -> Iterator[tuple[ServerThread, client.ApiClient]]:
     thread = ServerThread(authenticator=auth).start()
     admin = thread.api_client("admin")
     try:
-        manifests.apply(admin, manifests.render(manifests.overlay_path("driverManaged")))
+        manifests.apply(admin, manifests.load("driverManaged"))
         core = client.CoreV1Api(admin)
         core.create_namespace({"metadata": {"name": USER_NS}})
         core.create_node({"metadata": {"name": NODE}})

@@ -27,7 +27,7 @@ def _pod(workload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @pytest.mark.parametrize("mode", ["driverManaged", "hostManaged"])
 def test_shipped_workloads_run_as_the_user_their_work_needs(mode: str) -> None:
-    objects = manifests.render(manifests.overlay_path(mode))
+    objects = manifests.load(mode)
     [plugin] = [o for o in objects if o["kind"] == "DaemonSet"]
     [controller] = [o for o in objects if o["kind"] == "Deployment"]
     assert IMAGE.ids() == (65532, 65532)  # what a pod gets without runAsUser

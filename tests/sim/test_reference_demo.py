@@ -59,6 +59,16 @@ class Up:
         assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
         return done.stdout
 
+    def logs_holding(self, pod: str, words: tuple[str, ...], timeout: float = 60.0) -> str:
+        """`kubectl logs pod` once it holds every word (or the last try): Ready (started)
+        comes before the container's output is written, as on a real cluster."""
+        deadline = time.monotonic() + timeout
+        while not set(words) <= set((out := self.ok("logs", pod)).split()):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return out
+
     def close(self) -> None:
         with_pgid = os.getpgid(self.proc.pid)
         os.killpg(with_pgid, signal.SIGINT)
@@ -85,7 +95,7 @@ CHANNELS = "/dev/nvidia-caps-imex-channels"
 def test_channel_injection_demos_inject_real_channel_devices(up: Up) -> None:
     up.ok("apply", "-f", str(DEMO / "channel-injection.yaml"))
     up.ok("wait", "--for=condition=Ready", "pod/imex-channel-injection", "--timeout=120s")
-    listing = up.ok("logs", "imex-channel-injection")
+    listing = up.logs_holding("imex-channel-injection", ("channel0",))
     assert "channel0" in listing and listing.lstrip().startswith("total")
     pod = "imex-channel-injection"
     assert up.run("exec", pod, "--", "test", "-c", f"{CHANNELS}/channel0").returncode == 0
@@ -99,7 +109,8 @@ def test_channel_injection_demos_inject_real_channel_devices(up: Up) -> None:
 
     up.ok("apply", "-f", str(DEMO / "channel-injection-all.yaml"))
     up.ok("wait", "--for=condition=Ready", "pod/imex-channel-injection-all", "--timeout=120s")
-    listing = up.ok("logs", "imex-channel-injection-all")
+    listing = up.logs_holding("imex-channel-injection-all",
+                              ("channel0", "channel222", "channel2047"))
     for channel in ("channel0", "channel222", "channel2047"):
         assert channel in listing.split(), listing
     all_pod = "imex-channel-injection-all"
@@ -109,20 +120,24 @@ def test_channel_injection_demos_inject_real_channel_devices(up: Up) -> None:
     up.ok("delete", "-f", str(DEMO / "channel-injection-all.yaml"), "--wait=true", "--timeout=120s")
 
 
+PLUGIN_SELECTOR = "dra-driver-nvidia-gpu-component=kubelet-plugin"
+
+
 def _pods(up: Up, namespace: str, selector: str) -> list[str]:
     out = up.ok("get", "pods", "-n", namespace, "-l", selector, "-o", "name")
     return [line.split("/", 1)[1] for line in out.split()]
 
 
 def test_the_driver_runs_from_its_manifests(up: Up) -> None:
-    ns = "nvidia-dra-driver-gpu"
+    # The reference's namespace, labels and container names: its runbooks' selectors work.
+    ns = "dra-driver-nvidia-gpu"
     listing = up.ok("get", "pods", "-A", "-o", "wide")
-    plugins = _pods(up, ns, "app.kubernetes.io/component=kubelet-plugin")
-    [controller] = _pods(up, ns, "app.kubernetes.io/component=controller")
+    plugins = _pods(up, ns, PLUGIN_SELECTOR)
+    [controller] = _pods(up, ns, "dra-driver-nvidia-gpu-component=controller")
     assert len(plugins) == 2, listing
     for pod in [*plugins, controller]:
         up.ok("wait", "-n", ns, "--for=condition=Ready", f"pod/{pod}", "--timeout=60s")
-    nodes = up.ok("get", "pods", "-n", ns, "-l", "app.kubernetes.io/component=kubelet-plugin",
+    nodes = up.ok("get", "pods", "-n", ns, "-l", PLUGIN_SELECTOR,
                   "-o", "jsonpath={.items[*].spec.nodeName}").split()  # fmt: skip
     assert sorted(nodes) == ["node-01", "node-02"]
     log = up.ok("logs", "-n", ns, plugins[0])
@@ -135,10 +150,10 @@ def test_the_driver_runs_from_its_manifests(up: Up) -> None:
         missing = up.run(*verb, "no-such-pod", *(["--", "true"] if verb == ["exec"] else []))
         assert missing.returncode == 1
         assert 'pods "no-such-pod" not found' in missing.stderr, missing.stderr
-    prefixed = up.ok("logs", "-n", ns, "-l", "app.kubernetes.io/component=kubelet-plugin",
+    prefixed = up.ok("logs", "-n", ns, "-l", PLUGIN_SELECTOR, "-c", "compute-domains",
                      "--prefix", "--tail", "3")  # fmt: skip
     assert {line.split(" ", 1)[0] for line in prefixed.splitlines()} == {
-        f"[pod/{pod}/kubelet-plugin]" for pod in plugins
+        f"[pod/{pod}/compute-domains]" for pod in plugins
     }
 
 

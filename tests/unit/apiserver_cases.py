@@ -4,7 +4,6 @@ exercising what they do not, object builders and random JSON."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +11,9 @@ import yaml
 from hypothesis import strategies as st
 
 from sim.apiserver.errors import ApiError, Cause
+from sim.cluster import manifests
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "packaging" / "deploy" / "base" / "crds"
+CRD_DIR = manifests.CRD_DIR
 API_VERSION = "resource.nvidia.com/v1beta1"
 RULES_SKIPPED = Cause(
     "<nil>",
@@ -29,7 +29,7 @@ SUBDOMAIN_MSG = (
 
 
 def load_crd(plural: str) -> dict[str, Any]:
-    """One of the project's CRDs, as shipped under packaging/deploy/base/crds."""
+    """One of the project's CRDs, as shipped under packaging/helm/dra-driver-nvidia-gpu/crds."""
     with (CRD_DIR / f"resource.nvidia.com_{plural}.yaml").open(encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 

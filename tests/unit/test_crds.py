@@ -1,7 +1,8 @@
 """The shipped CRDs: what the API server accepts, stores, defaults and rejects.
 
-These read the real files under packaging/deploy/base/crds, so a typo in a field name, enum, default
-or list-map key shows up here rather than as a confusing admission error on a cluster.
+These read the real files under packaging/helm/dra-driver-nvidia-gpu/crds, so a typo in a field
+name, enum, default or list-map key shows up here rather than as a confusing admission error
+on a cluster.
 Admission goes through `sim.apiserver.crd_schema`, the emulator's copy of what kube-apiserver
 does with a CRD schema (prune, default, validate, transition rules).
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +21,9 @@ from sim.apiserver.crd_info import crd_resource_info
 from sim.apiserver.crd_schema import CRDSchema
 from sim.apiserver.crd_validation import validate_crd
 from sim.apiserver.errors import ApiError
+from sim.cluster import manifests
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "packaging" / "deploy" / "base" / "crds"
+CRD_DIR = manifests.CRD_DIR
 GROUP = "resource.nvidia.com"
 VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -28,7 +28,7 @@ from api import names
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 UID = "11111111-2222-3333-4444-555555555555"
 CLIQUE = "0f2a6e3c-1111-2222-3333-444455556666.1"
-DNS = "nvidia-dra-driver-gpu"
+DNS = "dra-driver-nvidia-gpu"
 
 
 def ago(seconds: float) -> str:
