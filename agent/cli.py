@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -30,21 +29,22 @@ if TYPE_CHECKING:
 PROG = "compute-domain-agent"
 
 
-def _setup_logging(verbosity: int) -> None:
-    level = logging.DEBUG if verbosity >= 5 else logging.INFO if verbosity >= 1 else logging.WARNING
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _setup_logging(args: argparse.Namespace) -> None:
+    """The process's logging (entry points only: never for in-process runs)."""
+    from api.logsetup import configure_logging
+
+    configure_logging(args.verbosity, args.logging_format, sys.stderr)
 
 
 def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> None:
     """The subcommands; flag defaults come from `environ` (None: os.environ)."""
     from agent.plugin.config import add_plugin_flags
+    from api.logsetup import add_logging_flags
 
     plugin = sub.add_parser(
         "plugin", help="run the DRA kubelet plugin on this node",
         description="Serve kubelet's DRA plugin for compute-domain.nvidia.com on this node.")
-    env_option(plugin, "-v", "--verbosity", env="LOG_VERBOSITY", type=int, default=4,
-               help="log verbosity (0 warnings only, 1-4 info, 5+ debug)", environ=environ)
+    add_logging_flags(plugin, environ=environ)
     add_plugin_flags(plugin, environ=environ)
     plugin.set_defaults(handler=_run_plugin)
 
@@ -55,8 +55,7 @@ def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> 
     run = daemon_sub.add_parser("run", help="join the clique and supervise nvidia-imex")
     check = daemon_sub.add_parser("check", help="probe: exit 0 only if nvidia-imex is READY")
     for p in (run, check):
-        env_option(p, "-v", "--verbosity", env="LOG_VERBOSITY", type=int, default=4,
-                   help="log verbosity (0 warnings only, 1-4 info, 5+ debug)", environ=environ)
+        add_logging_flags(p, environ=environ)
         env_option(p, "--imexd-dir", env="IMEXD_DIR", type=Path, default=Path(names.IMEXD_DIR),
                    help="the /imexd directory the kubelet plugin mounts", environ=environ)
         env_option(p, "--imex-ctl", env="IMEX_CTL", default=names.IMEX_CTL_BINARY,
@@ -82,12 +81,14 @@ def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> 
     check.set_defaults(handler=_check_daemon)
 
     from agent.diagnose.flags import add_command as add_diagnose
+    from agent.prestart import add_command as add_prestart
 
     add_diagnose(sub, environ=environ)
+    add_prestart(sub, environ=environ)
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
-    _setup_logging(args.verbosity)
+    _setup_logging(args)
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -174,7 +175,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
     from agent.plugin.app import run
     from agent.plugin.config import config_from_args
 
-    _setup_logging(args.verbosity)
+    _setup_logging(args)
     try:
         config = config_from_args(args)
     except ValidationError as err:

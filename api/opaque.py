@@ -123,9 +123,16 @@ def decode_config(
         raise ValidationError(
             f"unsupported kind {kind!r} for driver {names.DRIVER_NAME}: expected {expected}"
         )
+    known = [f.alias or n for n, f in model.model_fields.items()]
     if not strict:
-        known = {f.alias or n for n, f in model.model_fields.items()}
         data = {k: v for k, v in data.items() if k in known}
+    elif unknown := [k for k in data if k not in known]:
+        # The reference's words (Kubernetes' strict decoder), then what the kind takes.
+        fields = ", ".join(f"unknown field {orjson.dumps(str(k)).decode()}" for k in unknown)
+        raise ValidationError(
+            f"strict decoding error: {fields} ({kind} takes {', '.join(sorted(known))}; "
+            "field names are case-sensitive)"
+        )
     try:
         config = model.model_validate(dict(data))
     except pydantic.ValidationError as err:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Sequence
 
-from api.cli import env_option
 from api.errors import ValidationError
 from api.version import version_line
 
@@ -25,8 +23,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    env_option(parser, "-v", "--verbosity", env="LOG_VERBOSITY", type=int, default=4,
-               help="log verbosity (0 warnings only, 1-4 info, 5+ debug)")
     add_controller_flags(parser)
     args, extra = parser.parse_known_args(argv)
     if extra:
@@ -38,13 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from api.logsetup import configure_logging
     from controller.app import main as run_main
     from controller.config import config_from_args
 
-    level = logging.DEBUG if args.verbosity >= 5 else logging.INFO if args.verbosity else (
-        logging.WARNING)
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbosity, args.logging_format, sys.stderr)
     try:
         config = config_from_args(args)
     except ValidationError as err:

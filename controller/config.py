@@ -15,6 +15,7 @@ from api.cli import env_option, parse_bool, parse_duration
 from api.errors import ValidationError
 from api.featuregates import COMPUTE_DOMAIN_CLIQUES, HOST_MANAGED_IMEX_DAEMON, FeatureGates
 from api.imex import ImexConfig
+from api.logsetup import add_logging_flags, parse_verbosity
 from controller.render import RenderSettings, parse_pull_secret_names
 
 
@@ -68,6 +69,7 @@ def _namespaces(text: str) -> tuple[str, ...]:
 
 
 def add_controller_flags(parser: argparse.ArgumentParser) -> None:
+    add_logging_flags(parser)  # -v/--verbosity and --logging-format, as klog's
     env_option(parser, "--pod-name", env=names.ENV_POD_NAME, default=socket.gethostname(),
                help="this pod's name (part of the leader-election identity)")
     env_option(parser, "--namespace", env=names.ENV_NAMESPACE, default="default",
@@ -84,7 +86,7 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
                env=names.ENV_CD_DAEMON_IMAGE_PULL_SECRET_NAMES, default="",
                help="comma-separated pull secrets for the daemon pods")
     env_option(parser, "--log-verbosity-cd-daemon", env=names.ENV_LOG_VERBOSITY_CD_DAEMON,
-               type=int, default=4, help="log verbosity of the IMEX daemon pods")
+               type=parse_verbosity, default=4, help="log verbosity of the IMEX daemon pods")
     env_option(parser, "--max-nodes-per-imex-domain", env=names.ENV_MAX_NODES_PER_IMEX_DOMAIN,
                type=int, default=names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
                help="nodes per IMEX domain (18 on GB200/GB300 NVL72)")

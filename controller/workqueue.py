@@ -26,6 +26,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from api.logsetup import vlog
+
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str], Awaitable[None]]
@@ -233,7 +235,7 @@ class KeyedQueue:
         else:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-            log.info("%s: %s: %s (attempt %d)", self._name, key, error, failures)
+            vlog(log, 1, "%s: %s: %s (attempt %d)", self._name, key, error, failures)
             if key not in self._dirty:
                 # A re-add during the run already owes an immediate run; that run supersedes
                 # the retry and, if it fails too, backs off further (the count is kept).

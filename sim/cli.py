@@ -95,6 +95,12 @@ def add_commands(sub: Subcommands) -> None:
         default=Path("sim-kubeconfig"),
         help="where to write the admin kubeconfig (default ./sim-kubeconfig)",
     )
+    up.add_argument(
+        "--no-driver",
+        action="store_true",
+        help="bring up the nodes and the control plane only, for an admin to install the "
+        "driver (e.g. with the Helm chart, packaging/helm/dra-driver-nvidia-gpu)",
+    )
     up.set_defaults(handler=_run_up)
 
 
@@ -209,6 +215,13 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+_INSTALL_HINT = (
+    "  the driver is not installed (--no-driver); install it with\n"
+    "  helm upgrade --install dra-driver-nvidia-gpu packaging/helm/dra-driver-nvidia-gpu"
+    " --kubeconfig {kubeconfig} --namespace dra-driver-nvidia-gpu --create-namespace --wait\n"
+)
+
+
 def _run_up(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
@@ -227,6 +240,7 @@ def _run_up(args: argparse.Namespace) -> int:
         "mode": args.mode,
         "in_process": args.in_process,
         "control_plane": args.control_plane,
+        "driver": not args.no_driver,
     }
     if args.agent is not None:
         kwargs["agent_program"] = args.agent
@@ -245,7 +259,9 @@ def _run_up(args: argparse.Namespace) -> int:
                 f"simulated cluster up: {len(cluster.nodes)} nodes, API {cluster.url}"
                 f" ({cluster.spec.control_plane} {cluster.server_version()})\n"
                 f"  kubectl --kubeconfig {args.kubeconfig_out} get nodes\n"
-                f"  node files and logs: {root}\nCtrl-C stops it.",
+                f"  node files and logs: {root}\n"
+                + (_INSTALL_HINT.format(kubeconfig=args.kubeconfig_out) if args.no_driver else "")
+                + "Ctrl-C stops it.",
                 flush=True,
             )
             await stop.wait()

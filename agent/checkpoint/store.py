@@ -16,6 +16,7 @@ from pathlib import Path
 from agent.checkpoint import codec
 from agent.checkpoint.errors import CheckpointCorruptError, CheckpointReadError
 from agent.checkpoint.model import Checkpoint
+from api.logsetup import vlog
 from cdi.atomic import atomic_write
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class CheckpointStore:
         data = codec.encode(cp)
         self.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         atomic_write(self.path, data, FILE_MODE)
+        vlog(log, 6, "checkpoint file %s updated (%d claims)", self.path, len(cp.claims))
 
     def reconcile_boot_id(self, current_boot_id: str) -> Checkpoint:
         """The checkpoint valid for this boot, written back when it changed (§4.7).

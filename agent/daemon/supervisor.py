@@ -49,6 +49,7 @@ from agent.daemon.process import ImexLauncher, ImexProcess
 from agent.daemon.readiness import CtlRunner, ReadinessPoller, is_ready, query_state
 from api import names
 from api.kube import call_retrying
+from api.logsetup import vlog
 from cdi.atomic import NotRegularFileError, read_file
 
 log = logging.getLogger(__name__)
@@ -273,6 +274,7 @@ class ImexSupervisor:
         ips = [d["ipAddress"] for d in mine if d.get("ipAddress")]
         text = files.ip_nodes_config(ips)
         if _read(self.paths.nodes_config) == text and self.imex.running:
+            vlog(log, 6, "IP set did not change")
             return
         files.write_nodes_config(self.paths.nodes_config, text)
         log.info("Got update, (re)start IMEX daemon")

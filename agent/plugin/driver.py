@@ -41,6 +41,7 @@ from agent.plugin.metrics import PluginMetrics
 from agent.plugin.nodelock import NodeLock
 from api import names
 from api.events import EventRecorder
+from api.logsetup import vlog
 from api.opaque import ComputeDomainChannelConfig
 from cdi.atomic import NotRegularFileError, atomic_write, make_dirs, read_file
 
@@ -208,6 +209,9 @@ class Driver:
             return PrepareResult(error=error)
         if self._events is not None and fresh:
             self._events.prepared(claim, fresh)
+        vlog(log, 1, "prepare: claim %s %s: %s", ref,
+             "newly prepared" if fresh is not None else "was already prepared",
+             ", ".join(d.device for d in devices) or "no devices")
         return PrepareResult(devices=tuple(devices))
 
     async def _retry(self, step: Callable[[], Awaitable[None]], deadline: float, what: str
@@ -238,7 +242,7 @@ class Driver:
                 if remaining <= 0:
                     log.warning("%s: giving up for this call: %s", what, err)
                     return f"{STILL_RETRYING}: {err}"
-                log.info("%s: %s (retrying)", what, err)
+                vlog(log, 1, "%s: %s (retrying)", what, err)
                 await asyncio.sleep(min(delay, remaining))
                 delay = min(delay * 2, 2.0)
             except Exception as err:  # a bug: say so to kubelet instead of hanging the RPC
@@ -455,6 +459,8 @@ class Driver:
         async with self._lock.held():
             entry = self.checkpoint.claims.get(ref.uid)
             if entry is None or entry.state == ABORTED:
+                vlog(log, 2, "unprepare: claim %s: Unprepare is a noop (%s)", ref,
+                     "not in the checkpoint" if entry is None else "its prepare was aborted")
                 return
             if entry.state not in (STARTED, COMPLETED):
                 raise PermanentError(f"unsupported ClaimCheckpointState {entry.state!r}")
@@ -470,6 +476,7 @@ class Driver:
                     state=ABORTED, status=entry.status, prepared=None, name=ref.name,
                     namespace=ref.namespace, aborted_at=datetime.now(UTC).replace(microsecond=0))
             self._save()
+        vlog(log, 1, "unprepare: claim %s unprepared", ref)
 
     async def _undo(self, status: dict[str, Any]) -> None:
         if self._s.host_managed:

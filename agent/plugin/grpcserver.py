@@ -9,6 +9,7 @@ a workload's Prepare waiting for its IMEX daemon never blocks the daemon's own P
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import threading
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Protocol
 
 import grpc
+from google.protobuf import text_format
+from google.protobuf.message import Message
 
 from api import names
 from api.kubelet.dra.v1 import api_pb2 as v1
@@ -25,6 +28,7 @@ from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+from api.logsetup import v_level
 from cdi.atomic import make_dirs
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,16 @@ def _strip_subrequest(name: str) -> str:
     return name.split("/", 1)[0]
 
 
+_GRPC_DETAIL = v_level(6)  # the reference's GRPCVerbosity: request/response detail at V6
+_request_ids = itertools.count(1)
+
+
+def _log_rpc(what: str, request_id: int, method: str, message: Message) -> None:
+    if log.isEnabledFor(_GRPC_DETAIL):
+        log.log(_GRPC_DETAIL, "gRPC %s %d %s: %s", what, request_id, method,
+                text_format.MessageToString(message, as_one_line=True))
+
+
 class DraV1(v1_grpc.DRAPluginServicer):
     def __init__(self, driver: ClaimDriver) -> None:
         self._driver = driver
@@ -76,10 +90,13 @@ class DraV1(v1_grpc.DRAPluginServicer):
     async def NodePrepareResources(self, request: v1.NodePrepareResourcesRequest,
                                    context: grpc.aio.ServicerContext
                                    ) -> v1.NodePrepareResourcesResponse:
+        request_id = next(_request_ids)
+        _log_rpc("request", request_id, "NodePrepareResources", request)
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
         try:
             results = await self._driver.prepare(refs)
         except RpcError as err:
+            log.error("gRPC request %d NodePrepareResources failed: %s", request_id, err)
             await context.abort(grpc.StatusCode.UNKNOWN, f"prepare resource claims: {err}")
         response = v1.NodePrepareResourcesResponse()
         for uid, result in results.items():
@@ -94,19 +111,24 @@ class DraV1(v1_grpc.DRAPluginServicer):
                     cdi_device_ids=list(dev.cdi_device_ids))
                 if dev.share_id is not None:
                     device.share_id = dev.share_id
+        _log_rpc("response", request_id, "NodePrepareResources", response)
         return response
 
     async def NodeUnprepareResources(self, request: v1.NodeUnprepareResourcesRequest,
                                      context: grpc.aio.ServicerContext
                                      ) -> v1.NodeUnprepareResourcesResponse:
+        request_id = next(_request_ids)
+        _log_rpc("request", request_id, "NodeUnprepareResources", request)
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
         try:
             results = await self._driver.unprepare(refs)
         except RpcError as err:
+            log.error("gRPC request %d NodeUnprepareResources failed: %s", request_id, err)
             await context.abort(grpc.StatusCode.UNKNOWN, f"unprepare resource claims: {err}")
         response = v1.NodeUnprepareResourcesResponse()
         for uid, error in results.items():
             response.claims[uid].error = error
+        _log_rpc("response", request_id, "NodeUnprepareResources", response)
         return response
 
 

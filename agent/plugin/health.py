@@ -16,6 +16,7 @@ from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+from api.logsetup import vlog
 
 log = logging.getLogger(__name__)
 SERVICES = ("", "liveness")
@@ -42,6 +43,8 @@ class PluginHealth(health_pb2_grpc.HealthServicer):
         except grpc.aio.AioRpcError as err:
             log.warning("health check failed: %s %s", err.code(), err.details())
             serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        vlog(log, 7, "health check (service %r): %s", request.service,
+             health_pb2.HealthCheckResponse.ServingStatus.Name(serving))
         return health_pb2.HealthCheckResponse(status=serving)
 
 

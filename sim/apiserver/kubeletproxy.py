@@ -45,7 +45,11 @@ class KubeletProxy:
         return pod
 
     def _container(self, pod: Obj, query: Mapping[str, str]) -> str:
-        containers = [c["name"] for c in (pod.get("spec") or {}).get("containers") or ()]
+        """The container the request names (an init container too, as kube-apiserver
+        takes), or the pod's only container when it names none."""
+        spec = pod.get("spec") or {}
+        containers = [c["name"] for c in spec.get("containers") or ()]
+        inits = [c["name"] for c in spec.get("initContainers") or ()]
         name = query.get("container") or ""
         pod_name = pod["metadata"]["name"]
         if not name:
@@ -55,7 +59,7 @@ class KubeletProxy:
                     f"[{' '.join(containers)}]"
                 )
             return containers[0]
-        if name not in containers:
+        if name not in containers and name not in inits:
             raise errors.bad_request(
                 f"container {name} is not valid for pod {pod_name}"
             )

@@ -298,6 +298,13 @@ MESSAGES: Final[dict[str, dict[int, Field]]] = {
     ),
     "BoundObjectReference": _msg("1 kind", "2 apiVersion", "3 name", "4 uid"),
     "TokenRequestStatus": _msg("1 token*", "2 expirationTimestamp:Time"),
+    # The body of a typed client's delete (helm's release Secret, kubectl's cascade).
+    "DeleteOptions": _msg(
+        "1 gracePeriodSeconds:int*", "2 preconditions:Preconditions", "3 orphanDependents:bool*",
+        "4 propagationPolicy*", "5 dryRun:[string]",
+        "6 ignoreStoreReadErrorWithClusterBreakingPotential:bool*",
+    ),
+    "Preconditions": _msg("1 uid*", "2 resourceVersion*"),
 }
 
 # (apiVersion, kind) of the objects a protobuf body may carry: the message of the same name.
@@ -534,7 +541,8 @@ def decode_body(raw: bytes) -> dict[str, Any]:
         api_version, kind, obj = _envelope(raw[len(MAGIC) :])
         if not kind or not api_version:
             raise errors.bad_request("invalid protobuf body: the envelope names no kind")
-        if (api_version, kind) not in KINDS:
+        # meta/v1 DeleteOptions travels under the group version of the deleted resource.
+        if (api_version, kind) not in KINDS and kind != "DeleteOptions":
             raise _unsupported(f"a protobuf {kind} ({api_version}) body")
         try:
             decoded = decode_message(kind, obj)

@@ -106,6 +106,8 @@ class ClusterSpec:
     controller_env: Mapping[str, str] = field(default_factory=dict)
     agent_env: Mapping[str, str] = field(default_factory=dict)
     control_plane: str = EMULATOR  # or KUBERNETES: upstream components (make k8s)
+    # False: nodes and control plane only; an admin installs the driver (`helm install`).
+    driver: bool = True
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -178,7 +180,6 @@ class SimCluster:
         self.objects = for_one_machine(
             manifests.load(spec.mode),
             spec.verbosity,
-            host_managed=spec.mode == "hostManaged",
             agent_env=spec.agent_env,
             controller_env=spec.controller_env,
         )
@@ -238,16 +239,18 @@ class SimCluster:
         await self.control_plane.start(install=self._install)
         admin = self.control_plane.admin
         self.kubeconfigs["admin"] = admin.write_kubeconfig(self.root / "kubeconfig")
-        token = await self.service_account_token(self.accounts["controller"])
-        self.kubeconfigs["controller"] = admin.with_token(token).write_kubeconfig(
-            self.root / "kubeconfigs" / "controller", namespace=self.namespace
-        )
+        if self.spec.driver:
+            token = await self.service_account_token(self.accounts["controller"])
+            self.kubeconfigs["controller"] = admin.with_token(token).write_kubeconfig(
+                self.root / "kubeconfigs" / "controller", namespace=self.namespace
+            )
         if self.in_process is not None:
             self.in_process.open()
         for index, (name, clique) in enumerate(self.spec.layout(), start=1):
             await self._add_node(name, index, clique)
-        # Every node's plugin pod starts at once on this machine's cores.
-        await self.wait_ready(60.0 + 2.0 * len(self.nodes))
+        if self.spec.driver:
+            # Every node's plugin pod starts at once on this machine's cores.
+            await self.wait_ready(60.0 + 2.0 * len(self.nodes))
         await self.control_plane.wait_settled()
 
     async def service_account_token(
@@ -277,7 +280,8 @@ class SimCluster:
     async def _install(self, admin: Credentials) -> None:
         """The admin installs the driver's manifests (before the controllers start)."""
         self.admin = admin.api_client()
-        await call(manifests.apply, self.admin, self.install_objects())
+        if self.spec.driver:
+            await call(manifests.apply, self.admin, self.install_objects())
 
     def user_kubeconfig(self, name: str, groups: Sequence[str] = ()) -> Path:
         """A kubeconfig of a plain user `name` (RBAC decides what it may do)."""
@@ -294,8 +298,13 @@ class SimCluster:
         # The driver's programs of the node: nvidia-imex and nvidia-imex-ctl.
         install_fake_imex(host.path("/usr/bin"))
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        # What the GPU Operator and GPU Feature Discovery put on a GPU node (every node
+        # here has GPUs; a non-fabric one is an H100 without NVLink), and on one of an
+        # NVLink clique its clique (the agent, as the sim installs it, also keeps that
+        # label in step: simedits.py). The plugin DaemonSet selects GPU nodes by the first.
+        labels["nvidia.com/gpu.present"] = "true"
         if clique is not None:
-            labels["nvidia.com/gpu.present"] = "true"
+            labels[names.LABEL_GPU_CLIQUE] = host.clique_id
         plane = self.control_plane
         node_spec = NodeSpec(
             name,
@@ -326,7 +335,8 @@ class SimCluster:
             host_root=fs,
         )
         await kubelet.register()
-        await self._agent_kubeconfig(name)
+        if self.spec.driver:
+            await self._agent_kubeconfig(name)
         agent = self._program(
             "DaemonSet", lambda: [kubelet], f"the agent on {name}", f"agent-{name}"
         )

@@ -27,6 +27,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from sim.cluster.containerview import ContainerView
 from sim.cluster.images import Image
+from sim.cluster.onemachine import runtime_env
 from sim.cluster.privileges import privileges
 from sim.cluster.sandbox import Device, Launch, Mount
 from sim.cluster.volumes import PodObjects, VolumeError, field_value
@@ -239,6 +240,8 @@ async def launch(inputs: ContainerInputs, objects: PodObjects) -> Launch:
     env.update(inputs.view.env)
     pod_dir = str(inputs.pod_dir)
     env.update({k: v.replace("{pod_dir}", pod_dir) for k, v in inputs.extra_env.items()})
+    if image.known:
+        env = runtime_env(env, node.pod_ip)
     if inputs.extra_path:
         env["PATH"] = ":".join([*inputs.extra_path, env.get("PATH", "")])
     argv = [

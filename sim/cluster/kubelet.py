@@ -10,7 +10,8 @@ agent through `dra.py` (the same gRPC contract as kubelet):
   the API server calls for `kubectl logs` and `exec` is served (`kubeletapi`), when given
   a NodeSpec and TLS;
 - every pod bound to the node is driven by a `podworker.PodWorker`: claims prepared once
-  they are allocated and reserved for it, volumes set up (`volumes`), each container run
+  they are allocated and reserved for it, volumes set up (`volumes`), the init containers
+  run in order, each to completion (sidecars are not supported), then each container run
   from its pod spec and image (`containerconfig`, `images`) by a `ContainerExecutor`:
   sandboxed processes by default (`sandbox`: a private mount namespace whose /dev holds
   the CDI device nodes), tasks of this process at scale (`sim.cluster.inprocess`);
@@ -20,8 +21,8 @@ agent through `dra.py` (the same gRPC contract as kubelet):
   of this node after `wipe_slices_after` seconds unless it registers again in between, as
   kubelet's DRA handler does (30 s there, so a restarting plugin does not churn them).
 
-Simplifications: init containers are ignored; images are never pulled (see `images`); one
-pod IP (a loopback address) stands for the node and its pods.
+Simplifications: sidecar init containers are not run; images are never pulled (see
+`images`); one pod IP (a loopback address) stands for the node and its pods.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ class SimKubelet:
         for worker, task in workers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            await asyncio.gather(*(c.stop(1.0) for c in worker.containers.values()))
+            await asyncio.gather(*(c.stop(1.0) for c in worker.all_containers()))
         if self._watcher_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watcher_task
@@ -274,7 +275,12 @@ class SimKubelet:
         for worker, _ in self.workers.values():
             if worker.namespace == namespace and worker.name == name:
                 pod = worker.pod() or {}
-                containers = [c["name"] for c in (pod.get("spec") or {}).get("containers") or ()]
+                spec = pod.get("spec") or {}
+                containers = [
+                    c["name"]
+                    for key in ("initContainers", "containers")
+                    for c in spec.get(key) or ()
+                ]
                 return PodLogs(containers, worker.dir, worker.alive, worker.exec_in)
         return None
 

@@ -79,19 +79,36 @@ PROC_DEVICES_PATH: Final = "/proc/devices"
 FABRIC_IMEX_MGMT_PATH: Final = "/proc/driver/nvidia/capabilities/fabric-imex-mgmt"
 BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
 NVML_FIXTURE_PATH: Final = "/etc/compute-domain-sim/nvml.json"
+NVIDIA_SMI_PATH: Final = "/usr/bin/nvidia-smi"
+NVML_LIBRARY_PATH: Final = "/usr/lib64/libnvidia-ml.so.1"
+# The fake nvidia-smi: POSIX sh builtins only (prestart runs it with an empty environment,
+# no PATH), answering `--version` as nvidia-smi 580 does and anything else with one line.
+FAKE_NVIDIA_SMI: Final = f"""#!/bin/sh
+# nvidia-smi: the simulated node's driver (sim.cluster.node), not NVIDIA's.
+if [ "$1" = "--version" ]; then
+    printf '%s\\n' 'NVIDIA-SMI version  : {DRIVER_VERSION}' \\
+        'NVML version        : {DRIVER_VERSION.rsplit(".", 1)[0]}' \\
+        'DRIVER version      : {DRIVER_VERSION}' 'CUDA Version        : 13.0'
+    exit 0
+fi
+printf '%s\\n' 'NVIDIA-SMI {DRIVER_VERSION}  Driver Version: {DRIVER_VERSION}  CUDA Version: 13.0'
+"""
 
 
 @dataclass
 class NodeHost:
     """One node's file system, created on construction: `fs` is the node's "/", holding
     kubelet's plugin and registry directories and the CDI root at their real paths, the
-    driver root's programs (the fake `nvidia-imex`), and the files a GB200 node's kernel
-    and driver expose (`/proc/devices`, the fabric management capability, the boot ID) and
-    the NVML answers; `pods` is where the node's kubelet keeps its pods."""
+    driver root's programs (the fake `nvidia-imex`, installed by the cluster; a fake
+    `nvidia-smi` and `libnvidia-ml.so.1` unless `driver` is False, see `install_driver`),
+    and the files a GB200 node's kernel and driver expose (`/proc/devices`, the fabric
+    management capability, the boot ID) and the NVML answers; `pods` is where the node's
+    kubelet keeps its pods."""
 
     root: Path
     name: str
     clique: int | None = None
+    driver: bool = True  # False: a node whose NVIDIA driver is not installed (yet)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -108,6 +125,8 @@ class NodeHost:
             boot_id.write_text(f"{uuid.uuid4()}\n")
         self.path(NVML_FIXTURE_PATH).parent.mkdir(parents=True, exist_ok=True)
         self.set_clique(self.clique)
+        if self.driver:
+            self.install_driver()
 
     @property
     def fs(self) -> Path:
@@ -126,6 +145,25 @@ class NodeHost:
         """What NVML reports from now on (the agent reads it at start and on refresh)."""
         self.clique = clique
         self.path(NVML_FIXTURE_PATH).write_text(json.dumps(nvml_fixture(self.name, clique)))
+
+    def install_driver(self) -> None:
+        """What the kubelet plugin's init container (`compute-domain-agent prestart`) waits
+        for under the driver root (the node's "/"): an `nvidia-smi` that answers
+        `--version` and exits 0, and a `libnvidia-ml.so.1` (empty: nothing loads it, the
+        agent reads its NVML answers from the fixture). Every simulated node has GPUs (an
+        H100 without fabric, GB200s in a clique), so each has the driver."""
+        smi = self.path(NVIDIA_SMI_PATH)
+        smi.parent.mkdir(parents=True, exist_ok=True)
+        smi.write_text(FAKE_NVIDIA_SMI)
+        smi.chmod(0o755)
+        lib = self.path(NVML_LIBRARY_PATH)
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        lib.touch()
+
+    def remove_driver(self) -> None:
+        """The driver uninstalled (or not installed yet): `prestart` waits again."""
+        for path in (NVIDIA_SMI_PATH, NVML_LIBRARY_PATH):
+            self.path(path).unlink(missing_ok=True)
 
     def reboot(self) -> None:
         """A new boot ID: the agent's checkpoint from the last boot no longer applies."""

@@ -3,11 +3,20 @@
 In kubelet's order: wait until every ResourceClaim of the pod is allocated and reserved
 for it; NodePrepareResources through the driver (retried with FailedPrepareDynamicResources
 Events); resolve each container's CDI devices; set up the volumes (retried with FailedMount
-Events); write the pod's /etc/hosts; start the containers (`containers.Container`). The
-pod's status is written whenever it changes. A pod whose containers all ended for good
-(restartPolicy Never or OnFailure) is Succeeded or Failed and its claims are unprepared;
-deletion stops the containers gracefully (SIGTERM, grace period, SIGKILL), unprepares, and
-confirms with the grace-0 delete that lets the API server drop the pod.
+Events); write the pod's /etc/hosts; run the init containers; start the containers
+(`containers.Container`). The pod's status is written whenever it changes. A pod whose
+containers all ended for good (restartPolicy Never or OnFailure) is Succeeded or Failed and
+its claims are unprepared; deletion stops the containers gracefully (SIGTERM, grace period,
+SIGKILL), unprepares, and confirms with the grace-0 delete that lets the API server drop
+the pod.
+
+Init containers run as kubelet runs them: each of `spec.initContainers` in order, each to
+completion, before any container starts. One that fails is run again after the crash-loop
+back-off (restartPolicy Always or OnFailure); under restartPolicy Never the pod fails. Until
+all completed the pod is Pending and `Initialized` is False (ContainersNotInitialized); they
+run once per pod (a container's restart does not run them again; a new pod does). Sidecars
+(an init container with `restartPolicy: Always`) are not supported: such an init container
+waits with CreateContainerConfigError, saying so, and the pod never starts.
 """
 
 from __future__ import annotations
@@ -86,7 +95,12 @@ class PodWorker:
         self.prepared: dict[str, PreparedClaim] = {}  # pod claim name -> prepared claim
         self.refs: list[ClaimRef] = []
         self.containers: dict[str, Container] = {}
-        self.initialized = False
+        self.init_containers: dict[str, Container] = {}
+        self.sandbox_ready = False  # volumes, hosts file: containers may start
+        self.initialized = False  # every init container completed
+        self.init_failed = False  # one failed for good (restartPolicy Never)
+        # An init container the sim does not run (a sidecar): (its name, why).
+        self._init_blocked: tuple[str, str] | None = None
         self.kubeconfig: Path | None = None
         self.objects = volumes.PodObjects(kubelet.read_object, self.namespace)
         self._token = ""
@@ -113,7 +127,7 @@ class PodWorker:
         self, container: str, argv: Sequence[str], stdin: bool
     ) -> asyncio.subprocess.Process:
         """Start `argv` inside the running `container` (`kubectl exec`), with pipes."""
-        worker = self.containers.get(container)
+        worker = self.containers.get(container) or self.init_containers.get(container)
         if worker is None or worker.proc is None or worker.launch is None or (
             worker.proc.returncode is not None
         ):
@@ -185,23 +199,69 @@ class PodWorker:
             self.kubeconfig = self.kubelet.server.with_token(self._token).write_kubeconfig(
                 self.dir / "serviceaccount" / "kubeconfig", namespace=self.namespace
             )
-        self.initialized = True
+        self.sandbox_ready = True
+        self._dirty.set()
         spec = pod.get("spec") or {}
         grace = float(spec.get("terminationGracePeriodSeconds", 30))
-        for container in spec.get("containers") or ():
-            worker = Container(
+        policy = str(spec.get("restartPolicy") or "Always")
+
+        def container_of(container: Obj, restart_policy: str) -> Container:
+            return Container(
                 self.kubelet,
                 container,
                 self._launcher(container, views[container["name"]], mounted),
                 self.dir,
                 self._on_change,
                 grace=grace,
-                restart_policy=str(spec.get("restartPolicy") or "Always"),
+                restart_policy=restart_policy,
                 host=self.kubelet.pod_ip,
                 pod_name=self.name,
             )
+
+        # A failed init container runs again unless the pod's policy is Never.
+        init_policy = "Never" if policy == "Never" else "OnFailure"
+        for container in spec.get("initContainers") or ():
+            if container.get("restartPolicy") == "Always":
+                return await self._refuse_sidecar(container)
+            worker = container_of(container, init_policy)
+            self.init_containers[container["name"]] = worker
+            worker.start()
+            if not await self._until_done(worker):
+                return False
+            if (worker.state.get("terminated") or {}).get("exitCode") != 0:
+                self.init_failed = True  # restartPolicy Never: the pod failed
+                self._on_change()
+                return True
+        self.initialized = True
+        for container in spec.get("containers") or ():
+            worker = container_of(container, policy)
             self.containers[container["name"]] = worker
             worker.start()
+        self._dirty.set()
+        return True
+
+    async def _until_done(self, worker: Container) -> bool:
+        """Wait until the init container completed or failed for good; False if the pod
+        started ending first."""
+        assert worker.task is not None and self.kubelet.pods is not None
+        ending = asyncio.ensure_future(self.kubelet.pods.wait_for(self.ending, timeout=1e9))
+        try:
+            await asyncio.wait({worker.task, ending}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ending
+        return worker.done and not self.ending()
+
+    async def _refuse_sidecar(self, container: Obj) -> bool:
+        """A sidecar init container: the sim does not run one, and says so (its status and
+        a Warning Event); the pod stays Pending until it is deleted."""
+        message = (
+            f'init container "{container["name"]}" has restartPolicy Always (a sidecar): '
+            "sidecar containers are not supported by the simulated kubelet"
+        )
+        self._init_blocked = (container["name"], message)
+        await self.kubelet.record_event(self.pod(), "Failed", message)
         self._dirty.set()
         return True
 
@@ -231,7 +291,10 @@ class PodWorker:
 
     def _on_change(self) -> None:
         self._dirty.set()
-        if self.containers and all(c.done for c in self.containers.values()) and not self._finished:
+        ended = self.init_failed or (
+            bool(self.containers) and all(c.done for c in self.containers.values())
+        )
+        if ended and not self._finished:
             self._finished = True
             asyncio.get_running_loop().create_task(self._unprepare(), name=f"unprepare-{self.key}")
 
@@ -326,7 +389,8 @@ class PodWorker:
     def _views(self) -> dict[str, ContainerView]:
         pod = self.pod() or {}
         views: dict[str, ContainerView] = {}
-        for spec in (pod.get("spec") or {}).get("containers") or ():
+        pod_spec = pod.get("spec") or {}
+        for spec in (*(pod_spec.get("initContainers") or ()), *(pod_spec.get("containers") or ())):
             ids: list[str] = []
             for use in (spec.get("resources") or {}).get("claims") or ():
                 prepared = self.prepared.get(use.get("name"))
@@ -356,7 +420,7 @@ class PodWorker:
         """Graceful stop, unprepare (retried), then the confirming grace-0 delete."""
         pod = self.pod()
         grace = float(((pod or {}).get("metadata") or {}).get("deletionGracePeriodSeconds") or 0)
-        await asyncio.gather(*(c.stop(grace) for c in self.containers.values()))
+        await asyncio.gather(*(c.stop(grace) for c in self.all_containers()))
         await self._unprepare()
         shutil.rmtree(self.dir, ignore_errors=True)
         if pod is not None:
@@ -374,11 +438,18 @@ class PodWorker:
                 if err.status not in (404, 409):
                     raise
 
+    def all_containers(self) -> list[Container]:
+        """The init containers started so far and the containers."""
+        return [*self.init_containers.values(), *self.containers.values()]
+
     # --- status -------------------------------------------------------------------------
 
     def phase(self, pod: Obj) -> str:
-        """kubelet's pod phase: Pending until a container ran; Succeeded or Failed once
-        all ended for good; Running otherwise (a crash-looping pod too)."""
+        """kubelet's pod phase: Pending until a container ran (init containers run while
+        it is Pending); Failed once an init container failed for good; Succeeded or Failed
+        once all containers ended for good; Running otherwise (a crash-looping pod too)."""
+        if self.init_failed:
+            return "Failed"
         if not self.initialized or not self.containers:
             return "Pending"
         workers = list(self.containers.values())
@@ -389,35 +460,60 @@ class PodWorker:
             return "Running"
         return "Pending"
 
+    def _init_statuses(self, specs: Sequence[Obj]) -> list[Obj]:
+        """`initContainerStatuses`: an init container is ready once it completed."""
+        out = []
+        for spec in specs:
+            worker = self.init_containers.get(spec["name"])
+            if worker is None:
+                out.append(_waiting(spec, "PodInitializing"))
+                if self._init_blocked and self._init_blocked[0] == spec["name"]:
+                    reason, message = "CreateContainerConfigError", self._init_blocked[1]
+                    out[-1]["state"] = {"waiting": {"reason": reason, "message": message}}
+                continue
+            entry = worker.status(spec.get("image") or "")
+            terminated = entry["state"].get("terminated") or {}
+            entry["ready"] = "exitCode" in terminated and terminated["exitCode"] == 0
+            out.append(entry)
+        return out
+
     def status(self, pod: Obj) -> Obj:
         """The pod status kubelet would report now."""
+        inits = (pod.get("spec") or {}).get("initContainers") or ()
         statuses = []
         for spec in (pod.get("spec") or {}).get("containers") or ():
             worker = self.containers.get(spec["name"])
             if worker is not None:
                 statuses.append(worker.status(spec.get("image") or ""))
                 continue
-            statuses.append({
-                "name": spec["name"], "image": spec.get("image") or "", "imageID": "",
-                "restartCount": 0, "ready": False, "started": False,
-                "state": {"waiting": {"reason": "ContainerCreating"}},
-            })  # fmt: skip
+            # kubelet's default waiting reason, PodInitializing in a pod with init containers.
+            statuses.append(_waiting(spec, "PodInitializing" if inits else "ContainerCreating"))
         phase = self.phase(pod)
         completed = phase in ("Succeeded", "Failed")
         ready = self.initialized and not completed and all(s["ready"] for s in statuses)
         old = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or ()}
 
-        def condition(kind: str, value: bool, reason: str = "") -> Obj:
+        def condition(kind: str, value: bool, reason: str = "", message: str = "") -> Obj:
             text = "True" if value else "False"
             previous = old.get(kind) or {}
             since = previous.get("lastTransitionTime") if previous.get("status") == text else None
             out: Obj = {"type": kind, "status": text, "lastTransitionTime": since or now()}
             if reason:
                 out["reason"] = reason
+            if message:
+                out["message"] = message
             return out
 
         done_reason = "PodCompleted" if completed else ""
         not_ready = done_reason or ("" if ready else "ContainersNotReady")
+        init_statuses = self._init_statuses(inits)
+        initialized = condition("Initialized", self.initialized, done_reason)
+        if inits and not self.initialized:
+            incomplete = " ".join(s["name"] for s in init_statuses if not s["ready"])
+            initialized = condition(
+                "Initialized", False, "ContainersNotInitialized",
+                f"containers with incomplete status: [{incomplete}]",
+            )  # fmt: skip
         status = dict(pod.get("status") or {})
         # kubelet owns these conditions; the scheduler's (PodScheduled) and others stay.
         kept = [c for c in old.values() if c.get("type") not in _OWNED_CONDITIONS]
@@ -432,8 +528,8 @@ class PodWorker:
                 "podIP": ip,
                 "podIPs": [{"ip": ip}],
                 "conditions": [
-                    condition("PodReadyToStartContainers", self.initialized and not completed),
-                    condition("Initialized", self.initialized, done_reason),
+                    condition("PodReadyToStartContainers", self.sandbox_ready and not completed),
+                    initialized,
                     condition("Ready", ready, not_ready),
                     condition("ContainersReady", ready, not_ready),
                     *kept,
@@ -441,6 +537,8 @@ class PodWorker:
                 "containerStatuses": statuses,
             }
         )
+        if inits:
+            status["initContainerStatuses"] = init_statuses
         status.setdefault("startTime", now())
         return status
 
@@ -474,3 +572,11 @@ class PodWorker:
         current["status"] = status
         await call(core.replace_namespaced_pod_status, self.name, self.namespace, current)
 
+
+def _waiting(spec: Obj, reason: str) -> Obj:
+    """The status of a container that has not been started yet."""
+    return {
+        "name": spec["name"], "image": spec.get("image") or "", "imageID": "",
+        "restartCount": 0, "ready": False, "started": False,
+        "state": {"waiting": {"reason": reason}},
+    }  # fmt: skip

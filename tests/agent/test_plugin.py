@@ -254,7 +254,7 @@ def test_namespace_mismatch_is_a_permanent_error(kubelet, cluster, node):
                 "domainID": "x",
                 "unknown": "field",
             },
-            "unknown field 'unknown'",
+            'error decoding config parameters: strict decoding error: unknown field "unknown"',
         ),
         (
             {

@@ -237,6 +237,7 @@ def test_host_managed_not_ready_says_what_the_probe_answered(apiserver, cluster,
 
 DEPLOY_NS = "dra-driver-nvidia-gpu"
 SA_PLUGIN = "dra-driver-nvidia-gpu-service-account-kubeletplugin"
+PLUGIN_ROLE = "dra-driver-nvidia-gpu-clusterrole-kubeletplugin"
 
 
 class RbacNode(NodeEnv):
@@ -257,9 +258,9 @@ def test_a_forbidden_event_does_not_fail_prepare(short_dir, tmp_path, caplog):
         objects = ClusterObjects(admin)
         objects.node(NODE)
         rbac = client.RbacAuthorizationV1Api(admin)
-        role = rbac.read_cluster_role(SA_PLUGIN)
+        role = rbac.read_cluster_role(PLUGIN_ROLE)
         role.rules = [r for r in role.rules if "events" not in r.resources]
-        rbac.replace_cluster_role(SA_PLUGIN, role)
+        rbac.replace_cluster_role(PLUGIN_ROLE, role)
         env = RbacNode(short_dir / "n")
         agent = AgentThread(env.config(thread.write_kubeconfig(tmp_path / "kc", token=SA_PLUGIN)))
         cd = objects.compute_domain("cd1")

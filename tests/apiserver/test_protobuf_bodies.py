@@ -212,6 +212,19 @@ def test_malformed_bodies_are_400(body, why):
     assert err.value.code == 400 and why in err.value.message
 
 
+def test_delete_options_of_any_group_version():
+    """A typed client's delete (helm uninstall purging its release Secret) sends meta/v1
+    DeleteOptions under the deleted resource's group version; a zero grace period and an
+    empty precondition resourceVersion are pointers, so they stay."""
+    body = (num(1, 0) + ld(2, text(1, "uid-1") + text(2, "")) + text(4, "Background")
+            + text(5, "All"))
+    for api_version in ("v1", "apps/v1"):
+        assert pb.decode_body(envelope(api_version, "DeleteOptions", body)) == {
+            "kind": "DeleteOptions", "apiVersion": api_version, "gracePeriodSeconds": 0,
+            "preconditions": {"uid": "uid-1", "resourceVersion": ""},
+            "propagationPolicy": "Background", "dryRun": ["All"]}
+
+
 def test_undecoded_fields_and_kinds_are_415():
     with pytest.raises(ApiError) as err:
         pb.decode_body(envelope("v1", "Pod", text(1, "x")))

@@ -13,6 +13,7 @@ from agent.cli import add_commands
 from agent.plugin.config import config_from_args
 from api.cli import program_parser
 from api.featuregates import COMPUTE_DOMAIN_CLIQUES, HOST_MANAGED_IMEX_DAEMON
+from sim.cluster import manifests
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "compute-domain-agent.service"
@@ -131,6 +132,8 @@ def test_env_file_selects_host_managed_mode(monkeypatch):
     assert config.container_driver_root == Path("/") == config.host_driver_root
     assert config.kubeconfig == "/etc/compute-domain-agent/kubeconfig"
     assert str(config.plugins_dir) == "/var/lib/kubelet/plugins"
+    # The cliques live in the namespace the Helm chart (and packaging/deploy) installs into.
+    assert config.namespace == manifests.NAMESPACE
 
 
 def verified_copy(tmp_path: Path) -> Path:

@@ -174,6 +174,7 @@ def test_hostile_claim_references_are_refused_per_claim_and_write_nothing(
 
 DEPLOY_NS = "dra-driver-nvidia-gpu"
 SA_PLUGIN = "dra-driver-nvidia-gpu-service-account-kubeletplugin"
+PLUGIN_ROLE = "dra-driver-nvidia-gpu-clusterrole-kubeletplugin"
 USER_NS = "team-a"
 
 
@@ -218,11 +219,11 @@ def _user_channel_claim(admin: client.ApiClient, node: NodeEnv, name: str) -> di
 
 def _drop_verb(admin: client.ApiClient, resource: str, verb: str) -> None:
     rbac = client.RbacAuthorizationV1Api(admin)
-    role = rbac.read_cluster_role(SA_PLUGIN)
+    role = rbac.read_cluster_role(PLUGIN_ROLE)
     for rule in role.rules:
         if resource in rule.resources:
             rule.verbs = [v for v in rule.verbs if v != verb]
-    rbac.replace_cluster_role(SA_PLUGIN, role)
+    rbac.replace_cluster_role(PLUGIN_ROLE, role)
 
 
 class RbacNode(NodeEnv):
@@ -252,7 +253,7 @@ def test_the_shipped_rbac_is_enough_and_a_missing_verb_is_named(secured, short_d
         assert time.monotonic() - t0 < 3, "a 403 is not retried until the deadline"
         assert "forbidden" in error.lower(), error
         assert 'cannot patch resource "nodes"' in error, error
-        assert f"ClusterRole {SA_PLUGIN}" in error, error
+        assert f"ClusterRole {PLUGIN_ROLE}" in error, error
         assert "Traceback" not in agent.log.read_text()
     finally:
         assert agent.terminate() == 0

@@ -55,9 +55,10 @@ def test_accepts_str_bytes_and_mapping():
         (
             b'{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainChannelConfig",'
             b'"domainID":"domain","unknown":"field"}',
-            "unknown field 'unknown'",
+            'strict decoding error: unknown field "unknown" (ComputeDomainChannelConfig takes '
+            "allocationMode, apiVersion, domainID, kind; field names are case-sensitive)",
         ),
-        (channel(allocationmode="All"), "unknown field 'allocationmode'"),
+        (channel(allocationmode="All"), 'unknown field "allocationmode"'),
         ({"kind": "ComputeDomainChannelConfig", "domainID": UID}, "no apiVersion"),
         (
             channel(apiVersion="resource.nvidia.com/v1"),

@@ -1,0 +1,315 @@
+"""The Helm chart (packaging/helm/dra-driver-nvidia-gpu) rendered by the real helm
+(`make helm`): lint, the reference chart's names for the same release and values, each IMEX
+mode, the reference's own values file, and the clear failure of every value it refuses.
+The install into a running cluster is tests/sim/test_helm_install.py."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from api import names
+from api.version import __version__
+from sim.cluster import manifests
+
+CHART = str(manifests.CHART_DIR)
+REFERENCE_VALUES = Path(__file__).resolve().parents[1] / "data" / "reference-chart" / "values.yaml"
+RELEASE = NS = "dra-driver-nvidia-gpu"
+
+# What the reference chart renders for the ComputeDomain part of release
+# dra-driver-nvidia-gpu in namespace dra-driver-nvidia-gpu (resources.gpus.enabled=false).
+REFERENCE_NAMES = {
+    ("Deployment", NS, "dra-driver-nvidia-gpu-controller"),
+    ("DaemonSet", NS, "dra-driver-nvidia-gpu-kubelet-plugin"),
+    ("ServiceAccount", NS, "dra-driver-nvidia-gpu-service-account-controller"),
+    ("ServiceAccount", NS, "dra-driver-nvidia-gpu-service-account-kubeletplugin"),
+    ("ServiceAccount", NS, "compute-domain-daemon-service-account"),
+    ("ClusterRole", "", "dra-driver-nvidia-gpu-clusterrole-controller"),
+    ("ClusterRole", "", "dra-driver-nvidia-gpu-clusterrole-kubeletplugin"),
+    ("ClusterRole", "", "compute-domain-daemon-role"),
+    ("ClusterRoleBinding", "", f"dra-driver-nvidia-gpu-clusterrole-binding-controller-{NS}"),
+    ("ClusterRoleBinding", "", "dra-driver-nvidia-gpu-clusterrole-binding-kubeletplugin"),
+    ("ClusterRoleBinding", "", "compute-domain-daemon-role-binding"),
+    ("Role", NS, "dra-driver-nvidia-gpu-role-controller"),
+    ("Role", NS, "dra-driver-nvidia-gpu-role-kubeletplugin"),
+    ("RoleBinding", NS, "dra-driver-nvidia-gpu-role-binding-controller"),
+    ("RoleBinding", NS, "dra-driver-nvidia-gpu-role-binding-kubeletplugin"),
+    ("DeviceClass", "", names.DEVICE_CLASS_DEFAULT_CHANNEL),
+    ("DeviceClass", "", names.DEVICE_CLASS_DAEMON),
+    ("ValidatingAdmissionPolicy", "", "resourceslices-policy-dra-driver-nvidia-gpu"),
+    ("ValidatingAdmissionPolicyBinding", "", "resourceslices-policy-dra-driver-nvidia-gpu"),
+}
+CONTROL_PLANE_TOLERATIONS = [
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+]
+GPU_NODE_TERMS = [
+    {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+    for key, value in (
+        ("feature.node.kubernetes.io/pci-10de.present", "true"),
+        ("feature.node.kubernetes.io/pci-0302_10de.present", "true"),
+        ("feature.node.kubernetes.io/pci-0300_10de.present", "true"),
+        ("feature.node.kubernetes.io/cpu-model.vendor_id", "NVIDIA"),
+        ("nvidia.com/gpu.present", "true"),
+    )
+]
+
+Obj = dict[str, Any]
+
+
+def helm(helm_bin: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return manifests.run_helm(helm_bin, args)
+    except subprocess.CalledProcessError as err:
+        return subprocess.CompletedProcess(err.cmd, err.returncode, err.stdout, err.stderr)
+
+
+def render(helm_bin: Path, *args: str, release: str = RELEASE, namespace: str = NS) -> list[Obj]:
+    done = helm(helm_bin, "template", release, CHART, "--namespace", namespace, *args)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def refused(helm_bin: Path, *args: str, namespace: str = NS) -> str:
+    done = helm(helm_bin, "template", RELEASE, CHART, "--namespace", namespace, *args)
+    assert done.returncode == 1, done.stdout[:2000]
+    return done.stderr
+
+
+def key(obj: Obj) -> tuple[str, str, str]:
+    md = obj["metadata"]
+    return obj["kind"], md.get("namespace", ""), md["name"]
+
+
+def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
+    [found] = [o for o in objects if o["kind"] == kind
+               and (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+def pod_spec(objects: list[Obj], kind: str) -> Obj:
+    spec: Obj = one(objects, kind)["spec"]["template"]["spec"]
+    return spec
+
+
+def env(container: Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or ()}
+
+
+def test_lint_is_clean_in_both_modes(helm_bin: Path) -> None:
+    for mode in manifests.MODE_VALUES:
+        sets = [f"--set={k}={v}" for k, v in manifests.MODE_VALUES[mode].items()]
+        done = helm(helm_bin, "lint", "--strict", CHART, "--namespace", NS, *sets)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+def test_chart_version_is_the_projects() -> None:
+    chart = yaml.safe_load((manifests.CHART_DIR / "Chart.yaml").read_text())
+    assert chart["name"] == "dra-driver-nvidia-gpu"
+    assert chart["version"] == chart["appVersion"] == __version__
+    assert chart["kubeVersion"] == ">=1.32.0-0"
+
+
+def test_names_labels_and_scheduling_equal_the_reference_charts(helm_bin: Path) -> None:
+    objects = render(helm_bin)
+    assert {key(o) for o in objects} >= REFERENCE_NAMES
+    for obj in objects:
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+    for kind, component, container in (("Deployment", "controller", "compute-domain"),
+                                       ("DaemonSet", "kubelet-plugin", "compute-domains")):
+        workload = one(objects, kind)
+        selector = {"dra-driver-nvidia-gpu-component": component}
+        assert workload["spec"]["selector"] == {"matchLabels": selector}
+        assert workload["spec"]["template"]["metadata"]["labels"] == {
+            "app.kubernetes.io/name": "dra-driver-nvidia-gpu",
+            "app.kubernetes.io/instance": RELEASE,
+            **selector,
+            "nvidia-dra-driver-gpu-component": component,
+        }
+        chart_label = workload["metadata"]["labels"]["helm.sh/chart"]
+        assert chart_label == f"dra-driver-nvidia-gpu-{__version__}"
+        spec = workload["spec"]["template"]["spec"]
+        assert [c["name"] for c in spec["containers"]] == [container]
+        assert spec["priorityClassName"] == "system-node-critical"
+    controller = pod_spec(objects, "Deployment")
+    assert controller["serviceAccountName"] == "dra-driver-nvidia-gpu-service-account-controller"
+    assert controller["tolerations"] == CONTROL_PLANE_TOLERATIONS
+    [spread] = controller["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    assert spread["podAffinityTerm"]["labelSelector"] == {
+        "matchLabels": {"dra-driver-nvidia-gpu-component": "controller"}}
+    controller_env = env(controller["containers"][0])
+    assert controller_env["LEADER_ELECTION_LEASE_LOCK_NAME"] == "dra-driver-nvidia-gpu-controller"
+    assert controller_env["LEADER_ELECTION_LEASE_LOCK_NAMESPACE"] == NS
+    assert controller_env["IMAGE_NAME"] == f"nvcr.io/nvidia/compute-domain-driver:v{__version__}"
+    plugin = pod_spec(objects, "DaemonSet")
+    assert plugin["serviceAccountName"] == "dra-driver-nvidia-gpu-service-account-kubeletplugin"
+    assert plugin["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert plugin["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": GPU_NODE_TERMS}
+    # The reference's init container waits for the driver under the driver root.
+    [init] = plugin["initContainers"]
+    assert init["name"] == "init-container"
+    assert init["command"] == ["compute-domain-agent", "prestart"]
+    assert one(objects, "DaemonSet")["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
+
+
+def test_release_name_and_overrides_name_things_as_the_reference(helm_bin: Path) -> None:
+    objects = render(helm_bin, release="cd")
+    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+    assert accounts == {"cd-dra-driver-nvidia-gpu-service-account-controller",
+                        "cd-dra-driver-nvidia-gpu-service-account-kubeletplugin",
+                        names.DAEMON_SERVICE_ACCOUNT}
+    assert one(objects, "Deployment")["metadata"]["name"] == "dra-driver-nvidia-gpu-controller"
+    objects = render(helm_bin, "--set", "nameOverride=gpu-dra", "--set",
+                     "fullnameOverride=site", "--set", "namespaceOverride=drivers")
+    deployment = one(objects, "Deployment")
+    assert key(deployment) == ("Deployment", "drivers", "gpu-dra-controller")
+    assert deployment["spec"]["selector"]["matchLabels"] == {"gpu-dra-component": "controller"}
+    assert env(deployment["spec"]["template"]["spec"]["containers"][0])[
+        "LEADER_ELECTION_LEASE_LOCK_NAME"] == "gpu-dra-controller"
+    assert pod_spec(objects, "DaemonSet")["serviceAccountName"] == (
+        "site-service-account-kubeletplugin")
+    assert {o["metadata"].get("namespace") for o in objects} == {"drivers", None}
+    objects = render(helm_bin, "--set", "serviceAccount.name=drv")
+    assert pod_spec(objects, "Deployment")["serviceAccountName"] == "drv-controller"
+    objects = render(helm_bin, "--set", "serviceAccount.create=false")
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")
+                and "dra-driver-nvidia-gpu" in o["metadata"]["name"]]
+    assert pod_spec(objects, "DaemonSet")["serviceAccountName"] == "default-kubeletplugin"
+    objects = render(helm_bin, "--set-json", 'selectorLabelsOverride={"team":"gpu"}')
+    assert one(objects, "DaemonSet")["spec"]["selector"] == {"matchLabels": {"team": "gpu"}}
+
+
+def test_host_managed_renders_no_daemon_device_class_and_no_daemon_rbac(helm_bin: Path) -> None:
+    driver = {key(o) for o in render(helm_bin)}
+    objects = render(helm_bin, "--set", "resources.computeDomains.imex.mode=hostManaged",
+                     "--set", "featureGates.HostManagedIMEXDaemon=true", "--set",
+                     "resources.computeDomains.imex.hostSocketPath=/var/run/nvidia-imex.sock")
+    host = {key(o) for o in objects}
+    assert host < driver
+    assert not [k for k in host if k[0] == "DeviceClass" and k[2] == names.DEVICE_CLASS_DAEMON]
+    assert not [k for k in host if "compute-domain-daemon" in k[2]]
+    for kind in ("Deployment", "DaemonSet"):
+        container = env(pod_spec(objects, kind)["containers"][0])
+        assert container["IMEX_MODE"] == "hostManaged"
+        assert container["FEATURE_GATES"] == "HostManagedIMEXDaemon=true,"
+    plugin = env(pod_spec(objects, "DaemonSet")["containers"][0])
+    assert plugin["IMEX_HOST_SOCKET_PATH"] == "/var/run/nvidia-imex.sock"
+    default = env(pod_spec(render(helm_bin), "DaemonSet")["containers"][0])
+    assert "IMEX_HOST_SOCKET_PATH" not in default
+
+
+def test_values_reach_the_containers(helm_bin: Path) -> None:
+    objects = render(
+        helm_bin, "--set", "logVerbosity=6", "--set", "logFormat=json",
+        "--set", "featureGates.IMEXDaemonsWithDNSNames=false",
+        "--set", "featureGates.ComputeDomainCliques=true",
+        "--set", "nvidiaDriverRoot=/run/nvidia/driver", "--set", "altProcDevices=/var/fake",
+        "--set", "imagePullSecrets[0].name=a", "--set", "imagePullSecrets[1].name=b",
+        "--set", "image.tag=v9", "--set", "controller.metrics.enabled=false",
+        "--set", "kubeletPlugin.containers.computeDomains.healthcheckPort=-1",
+        "--set-json", 'controller.containers.computeDomain.env=[{"name":"ADDITIONAL_NAMESPACES",'
+        '"value":"old-ns, dra-driver-nvidia-gpu ,,other"}]',
+    )  # fmt: skip
+    controller = pod_spec(objects, "Deployment")
+    plugin = pod_spec(objects, "DaemonSet")
+    ctl, agent = env(controller["containers"][0]), env(plugin["containers"][0])
+    for container in (ctl, agent):
+        assert container["LOG_VERBOSITY"] == "6"
+        assert container["LOGGING_FORMAT"] == "json"
+        gates = "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=false,"
+        assert container["FEATURE_GATES"] == gates
+    assert ctl["LOG_VERBOSITY_CD_DAEMON"] == "6"
+    assert ctl["IMAGE_NAME"] == "nvcr.io/nvidia/compute-domain-driver:v9"
+    assert ctl["CD_DAEMON_IMAGE_PULL_SECRET_NAMES"] == "a,b"
+    assert controller["imagePullSecrets"] == [{"name": "a"}, {"name": "b"}]
+    # Metrics off: /metrics is not served, the probes' /healthz and /readyz still are.
+    assert ctl["METRICS_PATH"] == "" and ctl["HTTP_ENDPOINT"] == ":8080"
+    # No health port: no probes and no HEALTHCHECK_PORT.
+    assert "HEALTHCHECK_PORT" not in agent
+    assert "startupProbe" not in plugin["containers"][0]
+    assert agent["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
+    assert agent["ALT_PROC_DEVICES_PATH"] == "/alt-proc-devices"
+    volumes = {v["name"]: v["hostPath"] for v in plugin["volumes"]}
+    assert volumes["driver-root"]["path"] == "/run/nvidia/driver"
+    assert volumes["driver-root-parent"]["path"] == "/run/nvidia"
+    assert volumes["alt-proc-devices"] == {"path": "/var/fake", "type": "File"}
+    assert env(plugin["initContainers"][0])["DRIVER_ROOT_CTR_PATH"] == "/driver-root-parent/driver"
+    # The controller's Role, the plugin's and the daemon ServiceAccount in every namespace
+    # the controller manages.
+    for kind, name in (("Role", "dra-driver-nvidia-gpu-role-controller"),
+                       ("ServiceAccount", names.DAEMON_SERVICE_ACCOUNT),
+                       ("RoleBinding", "dra-driver-nvidia-gpu-role-binding-kubeletplugin")):
+        assert {o["metadata"]["namespace"] for o in objects
+                if o["kind"] == kind and o["metadata"]["name"] == name} == {NS, "old-ns", "other"}
+
+
+def test_resource_api_version_is_honoured(helm_bin: Path) -> None:
+    for version in ("resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2"):
+        objects = render(helm_bin, "--set", f"resourceApiVersion={version}")
+        assert {o["apiVersion"] for o in objects if o["kind"] == "DeviceClass"} == {version}
+    objects = render(helm_bin, "--api-versions", "resource.k8s.io/v1")
+    assert {o["apiVersion"] for o in objects if o["kind"] == "DeviceClass"} == {
+        "resource.k8s.io/v1"}
+
+
+def test_the_reference_values_file_renders_once_gpus_are_off(helm_bin: Path) -> None:
+    stderr = refused(helm_bin, "-f", str(REFERENCE_VALUES))
+    assert "resources.gpus.enabled=true" in stderr and "resources.gpus.enabled=false" in stderr
+    objects = render(helm_bin, "-f", str(REFERENCE_VALUES), "--set", "resources.gpus.enabled=false")
+    assert {key(o) for o in objects} >= REFERENCE_NAMES
+    image = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.1.0"
+    assert pod_spec(objects, "Deployment")["containers"][0]["image"] == image
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "resources.gpus.enabled=true", "--set", "gpuResourcesEnabledOverride=true"],
+         "resources.gpus.enabled=true: this chart installs the ComputeDomain driver"),
+        (["--set", "webhook.enabled=true"], "webhook.enabled=true: this chart has no admission"),
+        (["--set", "resources.computeDomains.enabled=false"],
+         "resources.computeDomains.enabled=false leaves nothing to install"),
+        (["--set", "resources.computeDomains.imex.mode=hostManaged"],
+         'resources.computeDomains.imex.mode="hostManaged" requires the HostManagedIMEXDaemon '
+         "feature gate to be enabled: add --set featureGates.HostManagedIMEXDaemon=true"),
+        (["--set", "resources.computeDomains.imex.mode=host"],
+         'unknown resources.computeDomains.imex.mode "host": set it to driverManaged'),
+        (["--set", "resources.computeDomains.imex.isolation=channel"],
+         'resources.computeDomains.imex.isolation="channel" is not supported yet: per-workload '
+         "IMEX channel allocation is not implemented"),
+        (["--set", "resources.computeDomains.imex.isolation=pod"],
+         'unknown resources.computeDomains.imex.isolation "pod": must be "domain" or "channel"'),
+        (["--set", "resources.computeDomains.imex.mode=hostManaged", "--set",
+          "featureGates.HostManagedIMEXDaemon=true", "--set",
+          "resources.computeDomains.imex.hostSocketPath=imex.sock"],
+         'hostSocketPath "imex.sock" must be an absolute path'),
+        (["--set", "namespace=gpu"], "Use --namespace gpu"),
+        (["--set", "nosuchkey=1"], "additional properties 'nosuchkey' not allowed"),
+        (["--set", "controller.replicas=two"],
+         "at '/controller/replicas': got string, want integer"),
+        (["--set", "logVerbosity=8"], "at '/logVerbosity'"),
+        (["--set", "logFormat=xml"], "at '/logFormat'"),
+        (["--set", "nvidiaDriverRoot=run/nvidia"], "at '/nvidiaDriverRoot'"),
+        (["--set", "resourceApiVersion=resource.k8s.io/v2"], "at '/resourceApiVersion'"),
+        (["--set", "kubeletPlugin.metrics.computeDomainHttpEndpoint=8081"],
+         "at '/kubeletPlugin/metrics/computeDomainHttpEndpoint'"),
+    ],
+)  # fmt: skip
+def test_refused_values_say_what_to_do(helm_bin: Path, args: list[str], message: str) -> None:
+    assert message in refused(helm_bin, *args)
+
+
+def test_the_default_namespace_is_refused_unless_allowed(helm_bin: Path) -> None:
+    assert "allowDefaultNamespace=true" in refused(helm_bin, namespace="default")
+    assert render(helm_bin, "--set", "allowDefaultNamespace=true", namespace="default")
