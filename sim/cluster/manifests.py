@@ -83,10 +83,13 @@ def helm_env(home: Path) -> dict[str, str]:
                              for kind in ("CACHE", "CONFIG", "DATA")}}
 
 
-def run_helm(helm: str | Path, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    """`helm <args>` in a throwaway home; raises CalledProcessError with helm's stderr."""
+def run_helm(
+    helm: str | Path, args: Sequence[str], *, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`helm <args>` in a throwaway home; with `check`, a failure raises CalledProcessError
+    (holding helm's stderr), else the caller reads the return code."""
     with tempfile.TemporaryDirectory(prefix="helm-") as home:
-        return subprocess.run([str(helm), *args], check=True, capture_output=True, text=True,
+        return subprocess.run([str(helm), *args], check=check, capture_output=True, text=True,
                               env=helm_env(Path(home)), timeout=120)
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
+
+from sim.cluster import manifests
 
 REPO = Path(__file__).resolve().parents[2]
 HELM_GO_MOD = REPO / "upstream" / "helm" / "go.mod"
@@ -19,15 +20,9 @@ def pinned_helm_version() -> str:
 
 
 def helm_env(tmp_path: Path) -> dict[str, str]:
-    """Helm's cache, config and data homes in tmp_path, never ~/.cache/helm and friends."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
-    env.update(
-        HOME=str(tmp_path / "home"),
-        HELM_CACHE_HOME=str(tmp_path / "cache"),
-        HELM_CONFIG_HOME=str(tmp_path / "config"),
-        HELM_DATA_HOME=str(tmp_path / "data"),
-    )
-    return env
+    """Helm's cache, config and data homes in tmp_path, never ~/.cache/helm and friends
+    (the environment every helm run of the project gets)."""
+    return manifests.helm_env(tmp_path)
 
 
 def run_helm(helm: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -64,10 +64,7 @@ Obj = dict[str, Any]
 
 
 def helm(helm_bin: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    try:
-        return manifests.run_helm(helm_bin, args)
-    except subprocess.CalledProcessError as err:
-        return subprocess.CompletedProcess(err.cmd, err.returncode, err.stdout, err.stderr)
+    return manifests.run_helm(helm_bin, args, check=False)
 
 
 def render(helm_bin: Path, *args: str, release: str = RELEASE, namespace: str = NS) -> list[Obj]:

@@ -31,10 +31,7 @@ class Helm:
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         argv = [*args, "--kubeconfig", str(self.up.kubeconfig), "--namespace", NS]
-        try:
-            return manifests.run_helm(self.bin, argv)
-        except subprocess.CalledProcessError as err:
-            return subprocess.CompletedProcess(err.cmd, err.returncode, err.stdout, err.stderr)
+        return manifests.run_helm(self.bin, argv, check=False)
 
     def ok(self, *args: str) -> str:
         done = self.run(*args)
