@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from api import draconvert, names
 from api.version import version_line
 
 # argparse does not export the type of add_subparsers().
@@ -125,3 +126,22 @@ def parse_duration(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
     return value
+
+
+def parse_resource_api_version(text: str) -> str:
+    """A resource.k8s.io version (`v1beta1` or `resource.k8s.io/v1beta1`); empty: auto."""
+    if not text.strip():
+        return ""
+    try:
+        return draconvert.check_version(text.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_resource_api_flag(group: argparse.ArgumentParser | argparse._ArgumentGroup,
+                          option: Callable[..., None] = env_option) -> None:
+    """`--resource-api-version` (RESOURCE_API_VERSION, the chart's `resourceApiVersion`)."""
+    option(group, "--resource-api-version", env=names.ENV_RESOURCE_API_VERSION,
+           type=parse_resource_api_version, default="",
+           help="resource.k8s.io version to speak (v1, v1beta2, v1beta1); empty: the newest "
+           "the API server serves")

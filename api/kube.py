@@ -96,13 +96,17 @@ class Informer:
                  key: Callable[[dict[str, Any]], str], name: str,
                  list_kwargs: dict[str, Any] | None = None,
                  to_dict: Callable[[Any], dict[str, Any]] | None = None,
-                 on_change: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_change: Callable[[dict[str, Any]], None] | None = None,
+                 convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self._loop = loop
         # Called on the loop for every object added, changed or deleted (and for every
         # object of a re-list, which is how a controller resyncs after 410 or reconnect).
         self._on_change = on_change
         # Built-in kinds come back as client models; custom objects already are dicts.
         self._to_dict = to_dict or (lambda obj: obj)
+        # Applied to each object (not the listing): e.g. a served resource.k8s.io beta
+        # version to v1 shape (api/draclient.py DraApi.to_v1).
+        self._convert = convert or (lambda obj: obj)
         self._list_fn = list_fn
         self._kwargs = list_kwargs or {}
         self._key = key
@@ -185,7 +189,8 @@ class Informer:
         while not self._done():
             try:
                 listing = self._to_dict(self._list_fn(**self._kwargs, _request_timeout=30))
-                self._post(self._replace, [self._to_dict(o) for o in listing.get("items") or []])
+                self._post(self._replace, [self._convert(self._to_dict(o))
+                                           for o in listing.get("items") or []])
                 rv = listing["metadata"]["resourceVersion"]
                 # Raw JSON events: the client's model lookup by docstring fails for some
                 # kinds (ResourceClaim is `ResourceV1ResourceClaim`), and we want dicts anyway.
@@ -197,7 +202,8 @@ class Informer:
                         stream.stop()
                         break
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self._post(self._apply, event["type"], self._to_dict(event["object"]))
+                        self._post(self._apply, event["type"],
+                                   self._convert(self._to_dict(event["object"])))
                 delay = 0.2
             except ApiException as err:
                 if self._done():

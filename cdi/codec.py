@@ -17,7 +17,12 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def spec_to_yaml(spec: Spec) -> str:
-    """YAML with a leading `---` and keys in spec order, matching Go-written spec files."""
+    """YAML with a leading `---` and keys in spec order, as Go-written spec files have.
+
+    The layout is PyYAML's (2-space indentation, sequences level with their key); the
+    reference's CDI library (gopkg.in/yaml.v3) indents by 4, sequences included. Both read
+    as the same spec; tests/sim/reference_state.py renders the reference's bytes.
+    """
     body = yaml.dump(spec.to_dict(), Dumper=_DUMPER, sort_keys=False, default_flow_style=False)
     return f"---\n{body}"
 

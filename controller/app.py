@@ -24,6 +24,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from api import kube, names
+from api.draclient import DraApi, ResourceApiError
 from controller.caches import Caches
 from controller.config import ControllerConfig
 from controller.events import EventRecorder
@@ -82,10 +83,12 @@ class ControllerApp:
         cfg = self.config
         self.queue = KeyedQueue(self._reconcile, workers=cfg.workers, base_delay=0.2,
                                 max_delay=30.0, on_result=self._observe, name="computedomains")
-        self.caches = Caches(self.api, driver_managed=not cfg.host_managed,
+        dra = await kube.call_retrying(DraApi.discover, self.api, cfg.resource_api_version)
+        log.info("speaking %s", dra.api_version)
+        self.caches = Caches(self.api, dra, driver_managed=not cfg.host_managed,
                              cliques=cfg.cliques, enqueue=self.queue.add)
         events = EventRecorder(self.api, cfg.pod_name)
-        self.reconciler = Reconciler(self.api, cfg, self.caches, events)
+        self.reconciler = Reconciler(self.api, dra, cfg, self.caches, events)
         self.caches.start()
         try:
             await self.caches.wait_synced(60)
@@ -201,6 +204,10 @@ async def main(config: ControllerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     started = time.monotonic()
-    code = await ControllerApp(config).run(stop)
+    try:
+        code = await ControllerApp(config).run(stop)
+    except ResourceApiError as err:
+        log.error("%s", err)
+        return 1
     log.info("stopped after %.0fs", time.monotonic() - started)
     return code

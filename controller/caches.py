@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes import client
 
 from api import names
+from api.draclient import DraApi
 from api.kube import Informer
 
 Obj = dict[str, Any]
@@ -25,11 +26,10 @@ def cd_label(obj: Obj) -> str:
 
 
 class Caches:
-    def __init__(self, api: client.ApiClient, *, driver_managed: bool, cliques: bool,
-                 enqueue: Callable[[str], None]) -> None:
+    def __init__(self, api: client.ApiClient, dra: DraApi, *, driver_managed: bool,
+                 cliques: bool, enqueue: Callable[[str], None]) -> None:
         loop = asyncio.get_running_loop()
         custom = client.CustomObjectsApi(api)
-        resource = client.ResourceV1Api(api)
         apps = client.AppsV1Api(api)
         core = client.CoreV1Api(api)
         to_dict = api.sanitize_for_serialization
@@ -47,9 +47,9 @@ class Caches:
             "uid"], "computedomains", {"group": names.GROUP, "version": names.VERSION,
                                        "plural": names.PLURAL_COMPUTE_DOMAINS},
             on_change=by_uid)
-        self.templates = Informer(loop, resource.list_resource_claim_template_for_all_namespaces,
-                                  _ns_name, "resourceclaimtemplates", selector, to_dict=to_dict,
-                                  on_change=by_label)
+        self.templates = Informer(loop, dra.lister("resourceclaimtemplates"), _ns_name,
+                                  "resourceclaimtemplates", selector, on_change=by_label,
+                                  convert=dra.to_v1("resourceclaimtemplates"))
         self.daemonsets: Informer | None = None
         self.pods: Informer | None = None
         self.nodes: Informer | None = None

@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass
 
 from api import names
-from api.cli import env_option, parse_bool, parse_duration
+from api.cli import add_resource_api_flag, env_option, parse_bool, parse_duration
 from api.errors import ValidationError
 from api.featuregates import COMPUTE_DOMAIN_CLIQUES, HOST_MANAGED_IMEX_DAEMON, FeatureGates
 from api.imex import ImexConfig
@@ -41,6 +41,7 @@ class ControllerConfig:
     retry_period_s: float
     workers: int
     resync_s: float
+    resource_api_version: str = ""
 
     @property
     def host_managed(self) -> bool:
@@ -124,6 +125,7 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
                help="ComputeDomains reconciled concurrently")
     env_option(parser, "--resync-interval", env="RESYNC_INTERVAL", type=parse_duration,
                default=600.0, help="how often every ComputeDomain is reconciled regardless")
+    add_resource_api_flag(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> ControllerConfig:
@@ -165,4 +167,4 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         lease_duration_s=args.leader_election_lease_duration,
         renew_deadline_s=args.leader_election_renew_deadline,
         retry_period_s=args.leader_election_retry_period, workers=args.workers,
-        resync_s=args.resync_interval)
+        resync_s=args.resync_interval, resource_api_version=args.resource_api_version)

@@ -11,6 +11,7 @@ condition) instead of retrying silently.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -22,6 +23,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
+from api.draclient import DraApi
 from api.kube import call
 from controller import render, status
 from controller.caches import Caches, cd_label
@@ -31,6 +33,7 @@ from controller.events import EventRecorder
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 CONDITION = "Reconciled"
+TEMPLATES = "resourceclaimtemplates"
 
 
 class RetryError(Exception):
@@ -54,15 +57,15 @@ def _terminating(obj: Obj) -> bool:
 
 
 class Reconciler:
-    def __init__(self, api: client.ApiClient, config: ControllerConfig, caches: Caches,
-                 events: EventRecorder) -> None:
+    def __init__(self, api: client.ApiClient, dra: DraApi, config: ControllerConfig,
+                 caches: Caches, events: EventRecorder) -> None:
         self._api = api
         self._cfg = config
         self._caches = caches
         self._events = events
         self._settings = config.render_settings()
         self._custom = client.CustomObjectsApi(api)
-        self._resource = client.ResourceV1Api(api)
+        self._dra = dra
         self._apps = client.AppsV1Api(api)
         self._core = client.CoreV1Api(api)
         self.writes: dict[str, int] = {}
@@ -126,8 +129,7 @@ class Reconciler:
         if not [o for o in Caches.labeled(self._caches.templates, uid, managed)
                 if render.is_ours(o, uid, names.TARGET_DAEMON)]:
             rct = render.daemon_claim_template(uid, self._settings)
-            await self._create(uid, self._resource.create_namespaced_resource_claim_template,
-                               self._cfg.namespace, rct)
+            await self._create(uid, self._create_template, self._cfg.namespace, rct)
         if not Caches.labeled(self._caches.daemonsets, uid, managed):
             ds = render.daemon_set(uid, self._settings)
             await self._create(uid, self._apps.create_namespaced_daemon_set, self._cfg.namespace,
@@ -157,8 +159,7 @@ class Reconciler:
         if existing is None:
             rct = render.workload_claim_template(cd, self._settings)
             try:
-                await call(self._resource.create_namespaced_resource_claim_template, namespace,
-                           rct)
+                await call(self._create_template, namespace, rct)
                 self._count(uid)
                 return
             except ApiException as err:
@@ -289,32 +290,37 @@ class Reconciler:
                                              self._cfg.managed_namespaces)
                   if render.is_ours(o, uid, names.TARGET_DAEMON)]
         daemonsets = Caches.labeled(self._caches.daemonsets, uid, self._cfg.managed_namespaces)
-        for obj in workload:
-            await self._delete_object(uid, obj)
-        for obj in [*daemon, *daemonsets]:
-            await self._delete_object(uid, obj)
+        # Listed objects carry no kind (a list's items do not): say which API each one is.
+        generated = [*((o, False) for o in [*workload, *daemon]),
+                     *((o, True) for o in daemonsets)]
+        for obj, is_ds in generated:
+            await self._delete_object(uid, obj, is_ds)
         await self._remove_node_labels(uid)
-        for obj in [*workload, *daemon, *daemonsets]:
-            await self._remove_finalizer(uid, obj)
+        for obj, is_ds in generated:
+            await self._remove_finalizer(uid, obj, is_ds)
         remaining = [o for o in (*Caches.labeled(self._caches.templates, uid),
                                  *Caches.labeled(self._caches.daemonsets, uid))]
         if remaining:
             raise RetryError(f"ComputeDomain {uid}: {len(remaining)} generated objects still "
                              "exist")
 
-    def _api_for(self, obj: Obj) -> tuple[Any, Any, Any]:
-        if obj.get("kind") == "DaemonSet":
+    def _create_template(self, namespace: str, body: Obj) -> Obj:
+        return self._dra.create(TEMPLATES, body, namespace)
+
+    def _api_for(self, daemonset: bool) -> tuple[Any, Any, Any]:
+        """(read, delete, replace) of a DaemonSet or a ResourceClaimTemplate, each taking
+        (name, namespace[, body])."""
+        if daemonset:
             return (self._apps.read_namespaced_daemon_set, self._apps.delete_namespaced_daemon_set,
                     self._apps.replace_namespaced_daemon_set)
-        r = self._resource
-        return (r.read_namespaced_resource_claim_template,
-                r.delete_namespaced_resource_claim_template,
-                r.replace_namespaced_resource_claim_template)
+        return (functools.partial(self._dra.read, TEMPLATES),
+                functools.partial(self._dra.delete, TEMPLATES),
+                functools.partial(self._dra.replace, TEMPLATES))
 
-    async def _delete_object(self, uid: str, obj: Obj) -> None:
+    async def _delete_object(self, uid: str, obj: Obj, daemonset: bool) -> None:
         if _terminating(obj):
             return
-        _, delete, _ = self._api_for(obj)
+        _, delete, _ = self._api_for(daemonset)
         md = _md(obj)
         try:
             await call(delete, md["name"], md["namespace"])
@@ -323,10 +329,10 @@ class Reconciler:
             if err.status != 404:
                 raise
 
-    async def _remove_finalizer(self, uid: str, obj: Obj) -> None:
+    async def _remove_finalizer(self, uid: str, obj: Obj, daemonset: bool) -> None:
         """Only from an object the server shows terminating: read it live, not from cache,
         so a stale object goes in the same pass as its delete."""
-        read, _, replace = self._api_for(obj)
+        read, _, replace = self._api_for(daemonset)
         md = _md(obj)
         try:
             live = self._api.sanitize_for_serialization(
@@ -340,7 +346,8 @@ class Reconciler:
         if names.FINALIZER not in finalizers:
             return
         if not live_md.get("deletionTimestamp"):
-            raise RetryError(f"attempting to remove finalizer before {obj.get('kind')} "
+            kind = "DaemonSet" if daemonset else "ResourceClaimTemplate"
+            raise RetryError(f"attempting to remove finalizer before {kind} "
                              f"{md['namespace']}/{md['name']} marked for deletion")
         # A full update carrying the read resourceVersion: a strategic merge patch cannot
         # shrink a finalizer list, and a conflict must be seen, not overwritten.

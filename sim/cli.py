@@ -124,6 +124,18 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _resource_versions(text: str) -> tuple[str, ...]:
+    from api.draconvert import check_version
+
+    try:
+        versions = tuple(check_version(v.strip()) for v in text.split(",") if v.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if not versions:
+        raise argparse.ArgumentTypeError("name at least one version (e.g. v1beta1)")
+    return versions
+
+
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=_positive, default=4, help="fabric nodes (default 4)")
     parser.add_argument(
@@ -153,6 +165,14 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
         "kube-scheduler (kubernetes; build them first with `make k8s`)",
     )
     parser.add_argument(
+        "--resource-api",
+        type=_resource_versions,
+        default=("v1",),
+        metavar="VERSIONS",
+        help="resource.k8s.io versions the emulator serves, comma-separated: v1 (the "
+        "default), v1beta1 as Kubernetes 1.32, v1beta1,v1beta2 as 1.33",
+    )
+    parser.add_argument(
         "--in-process",
         action="store_true",
         help="run the agents, IMEX daemons and fake IMEX as tasks in this process (scale)",
@@ -175,6 +195,8 @@ def _cluster_error(args: argparse.Namespace) -> str | None:
         return "--agent runs a program per node; it cannot be combined with --in-process"
     if args.agent is not None and not args.agent.is_file():
         return f"--agent {args.agent}: no such file"
+    if args.control_plane == KUBERNETES and args.resource_api != ("v1",):
+        return "--resource-api: only the emulator serves other versions than v1"
     if args.control_plane == KUBERNETES:
         from sim.controlplane.binaries import available
 
@@ -201,6 +223,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         agent_program=args.agent,
         in_process=args.in_process,
         control_plane=args.control_plane,
+        resource_versions=args.resource_api,
     )
     if args.workload is not None:
         from sim.cluster.example import load
@@ -241,6 +264,7 @@ def _run_up(args: argparse.Namespace) -> int:
         "in_process": args.in_process,
         "control_plane": args.control_plane,
         "driver": not args.no_driver,
+        "resource_versions": args.resource_api,
     }
     if args.agent is not None:
         kwargs["agent_program"] = args.agent

@@ -12,7 +12,6 @@ from __future__ import annotations
 from agent.diagnose.facts import (
     CONTROLLER_DEPLOYMENT,
     CRD_PATH,
-    DEVICE_CLASS_PATH,
     Facts,
     labels,
     md,
@@ -60,7 +59,7 @@ def installation(facts: Facts, grace: float) -> Boundary:
     if not facts.host_managed:
         wanted.append(names.DEVICE_CLASS_DAEMON)
     for cls in wanted:
-        refused = facts.unreadable(named(DEVICE_CLASS_PATH, cls))
+        refused = facts.unreadable(facts.device_class_path(cls))
         if refused:
             b.see(f"DeviceClass {cls}: could not read it ({refused})")
         elif facts.device_classes.get(cls) is None:

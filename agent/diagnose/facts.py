@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent.diagnose.reader import Reader, named
-from api import names
+from api import draconvert, names
+from api.draclient import ResourceApiError, pick_version
 from api.imex import MODE_DRIVER_MANAGED, MODE_HOST_MANAGED
 
 Obj = dict[str, Any]
@@ -25,14 +26,19 @@ CONTROLLER_DEPLOYMENT = "dra-driver-nvidia-gpu-controller"
 PLUGIN_DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-DEVICE_CLASS_PATH = "/apis/resource.k8s.io/v1/deviceclasses"
-SLICE_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 NODE_PATH = "/api/v1/nodes"
 
 
 def ns_path(namespace: str, plural: str, group: str = "", version: str = "v1") -> str:
     base = f"/apis/{group}/{version}" if group else "/api/v1"
     return f"{base}/namespaces/{namespace}/{plural}"
+
+
+def dra_path(version: str, plural: str, namespace: str = "") -> str:
+    """A resource.k8s.io collection's path in `version`."""
+    if namespace:
+        return ns_path(namespace, plural, draconvert.GROUP, version)
+    return f"/apis/{draconvert.GROUP}/{version}/{plural}"
 
 
 def cd_path(namespace: str, name: str) -> str:
@@ -66,6 +72,7 @@ class Facts:
     cd: Obj | None = None
     crds: dict[str, Obj | None] = field(default_factory=dict)
     device_classes: dict[str, Obj | None] = field(default_factory=dict)
+    resource_api: str = "v1"  # the resource.k8s.io version the DRA objects were read in
     lease: Obj | None = None
     controller: Obj | None = None  # the controller Deployment, if it runs in the cluster
     plugin_daemonset: Obj | None = None
@@ -97,6 +104,9 @@ class Facts:
         spec = (self.cd or {}).get("spec") or {}
         return str(((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get("name")
                    or "")
+
+    def device_class_path(self, name: str) -> str:
+        return named(dra_path(self.resource_api, "deviceclasses"), name)
 
     def unreadable(self, path: str) -> str:
         """Why the object at `path` could not be read ('' when it was, or is absent)."""
@@ -202,14 +212,39 @@ class Facts:
                    for e in events)
 
 
+class DraReader:
+    """resource.k8s.io reads in the version the server serves, in v1 shape
+    (api/draconvert.py): diagnose must work on a 1.32 cluster too."""
+
+    def __init__(self, reader: Reader) -> None:
+        self._reader = reader
+        group = reader.get(f"/apis/{draconvert.GROUP}") or {}
+        served = [v.get("version", "") for v in group.get("versions") or []]
+        try:
+            self.version = pick_version(served)
+        except ResourceApiError:
+            self.version = "v1"  # nothing served: the reads fail and say so as evidence
+
+    def get(self, plural: str, namespace: str, name: str) -> Obj | None:
+        obj = self._reader.get(named(dra_path(self.version, plural, namespace), name))
+        return None if obj is None else draconvert.to_v1(
+            obj, draconvert.KINDS[plural], self.version)
+
+    def items(self, plural: str, namespace: str = "") -> list[Obj]:
+        return [draconvert.to_v1(o, draconvert.KINDS[plural], self.version)
+                for o in self._reader.items(dra_path(self.version, plural, namespace))]
+
+
 def gather(reader: Reader, namespace: str, name: str, driver_namespace: str,
            now: datetime | None = None, mode: str = "") -> Facts:
     """Read what the checks need; a missing ComputeDomain stops after the installation."""
     facts = Facts(namespace, name, driver_namespace, now or datetime.now(UTC))
+    dra = DraReader(reader)
+    facts.resource_api = dra.version
     for crd in (names.CRD_COMPUTE_DOMAINS, names.CRD_CLIQUES):
         facts.crds[crd] = reader.get(named(CRD_PATH, crd))
     for cls in (names.DEVICE_CLASS_DEFAULT_CHANNEL, names.DEVICE_CLASS_DAEMON):
-        facts.device_classes[cls] = reader.get(named(DEVICE_CLASS_PATH, cls))
+        facts.device_classes[cls] = dra.get("deviceclasses", "", cls)
     facts.lease = reader.get(named(ns_path(driver_namespace, "leases", "coordination.k8s.io"),
                                    names.DEFAULT_LEADER_ELECTION_LEASE_NAME))
     apps = ns_path(driver_namespace, "deployments", "apps")
@@ -220,40 +255,38 @@ def gather(reader: Reader, namespace: str, name: str, driver_namespace: str,
         selector = ((facts.plugin_daemonset.get("spec") or {}).get("selector") or {})
         match = ",".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
         facts.plugin_pods = reader.items(ns_path(driver_namespace, "pods"), labels=match)
-    facts.slices = [s for s in reader.items(SLICE_PATH)
+    facts.slices = [s for s in dra.items("resourceslices")
                     if (s.get("spec") or {}).get("driver") == names.DRIVER_NAME]
     facts.nodes = {md(n)["name"]: n for n in reader.items(NODE_PATH) if md(n).get("name")}
     facts.cd = reader.get(cd_path(namespace, name))
     if facts.cd is not None:
-        _gather_domain(reader, facts)
+        _gather_domain(reader, dra, facts)
     facts.mode, facts.mode_source = _mode(facts, mode)
     facts.errors = dict(reader.errors)
     return facts
 
 
-def _gather_domain(reader: Reader, facts: Facts) -> None:
+def _gather_domain(reader: Reader, dra: DraReader, facts: Facts) -> None:
     uid, ns, dns = facts.uid, facts.namespace, facts.driver_namespace
     selector = f"{names.LABEL_COMPUTE_DOMAIN}={uid}"
     facts.labelled_nodes = sorted(n for n, node in facts.nodes.items()
                                   if labels(node).get(names.LABEL_COMPUTE_DOMAIN) == uid)
-    templates = ns_path(ns, "resourceclaimtemplates", "resource.k8s.io")
     if facts.template_name:
-        facts.template = reader.get(named(templates, facts.template_name))
+        facts.template = dra.get("resourceclaimtemplates", ns, facts.template_name)
     daemon_name = names.daemon_object_name(uid)
-    facts.daemon_template = reader.get(
-        named(ns_path(dns, "resourceclaimtemplates", "resource.k8s.io"), daemon_name))
+    facts.daemon_template = dra.get("resourceclaimtemplates", dns, daemon_name)
     facts.daemonset = reader.get(named(ns_path(dns, "daemonsets", "apps"), daemon_name))
     pods = reader.items(ns_path(ns, "pods"))
     facts.pods = [p for p in pods if any(
         c.get("resourceClaimTemplateName") == facts.template_name
         for c in (p.get("spec") or {}).get("resourceClaims") or ())]
     facts.claims = {md(c)["name"]: c
-                    for c in reader.items(ns_path(ns, "resourceclaims", "resource.k8s.io"))}
+                    for c in dra.items("resourceclaims", ns)}
     facts.daemon_pods = reader.items(ns_path(dns, "pods"), labels=selector)
     daemon_uids = {md(p).get("uid") for p in facts.daemon_pods}
     facts.daemon_claims = {
         md(c)["name"]: c
-        for c in reader.items(ns_path(dns, "resourceclaims", "resource.k8s.io"))
+        for c in dra.items("resourceclaims", dns)
         if any(r.get("uid") in daemon_uids for r in md(c).get("ownerReferences") or ())}
     facts.cliques = reader.items(
         ns_path(dns, names.PLURAL_CLIQUES, names.GROUP, names.VERSION), labels=selector)

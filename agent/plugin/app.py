@@ -47,6 +47,7 @@ from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
 from api import featuregates, kube, names
+from api.draclient import DraApi, ResourceApiError
 from api.events import EventRecorder
 from api.version import version_line
 from cdi.atomic import make_dirs
@@ -66,6 +67,7 @@ class PluginApp:
         self.cluster: ClusterView | None = None
         self.driver: Driver | None = None
         self.slices: SlicePublisher | None = None
+        self.dra: DraApi | None = None
         self.clique: clique_mod.CliqueTracker | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = asyncio.Event()
@@ -112,7 +114,14 @@ class PluginApp:
         checkpoint = store.reconcile_boot_id(read_boot_id(cfg.boot_id_file))
         if self._api is None:
             self._api = kube.api_client(cfg.kubeconfig)
-        self.cluster = ClusterView(self._api, cfg.node_name, cfg.namespace,
+        try:
+            dra = await kube.call_retrying(DraApi.discover, self._api,
+                                           cfg.resource_api_version)
+        except ResourceApiError as err:
+            raise StartupError(str(err)) from None
+        self.dra = dra
+        log.info("speaking %s", dra.api_version)
+        self.cluster = ClusterView(self._api, dra, cfg.node_name, cfg.namespace,
                                    cliques_enabled=cfg.gates.enabled(
                                        featuregates.COMPUTE_DOMAIN_CLIQUES))
         self.cluster.start()
@@ -160,7 +169,7 @@ class PluginApp:
             self.metrics_server = MetricsServer(self.metrics, cfg.http_endpoint,
                                                 cfg.metrics_path)
             await self.metrics_server.start()
-        self.slices = SlicePublisher(self._api, cfg.node_name, host_managed=cfg.host_managed)
+        self.slices = SlicePublisher(self._api, dra, cfg.node_name, host_managed=cfg.host_managed)
         try:
             await self.slices.reconcile()
         except Exception as err:  # the background loop keeps trying

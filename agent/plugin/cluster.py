@@ -16,6 +16,7 @@ from kubernetes import client
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.nodeops import NodeOps
 from api import names
+from api.draclient import DraApi
 from api.kube import Informer
 
 
@@ -28,11 +29,11 @@ def _name(obj: dict[str, Any]) -> str:
 
 
 class ClusterView:
-    def __init__(self, api: client.ApiClient, node_name: str, namespace: str, *,
+    def __init__(self, api: client.ApiClient, dra: DraApi, node_name: str, namespace: str, *,
                  cliques_enabled: bool) -> None:
         loop = asyncio.get_running_loop()
         custom = client.CustomObjectsApi(api)
-        self.node = NodeOps(api, node_name)
+        self.node = NodeOps(api, dra, node_name)
         self._node_name = node_name
         self._namespace = namespace
         self.cds = Informer(loop, custom.list_cluster_custom_object, _uid, "computedomains",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from api import names
-from api.cli import env_option, parse_bool, parse_duration
+from api.cli import add_resource_api_flag, env_option, parse_bool, parse_duration
 from api.errors import ValidationError
 from api.featuregates import FeatureGates
 from api.imex import ImexConfig
@@ -48,6 +48,7 @@ class PluginConfig:
     prepare_window_s: float
     clique_refresh_s: float
     cleanup_interval_s: float
+    resource_api_version: str = ""
 
     @property
     def plugin_dir(self) -> Path:
@@ -97,6 +98,7 @@ def add_plugin_flags(
            help="accepted for compatibility with the reference driver")
     option(opt, "--feature-gates", env=names.ENV_FEATURE_GATES, default="",
            help="Name=bool,Name=bool")
+    add_resource_api_flag(opt, option)
     paths = parser.add_argument_group("host paths")
     option(paths, "--cdi-root", env=names.ENV_CDI_ROOT, type=Path,
            default=Path(names.DEFAULT_CDI_ROOT), help="directory for generated CDI specs")
@@ -201,4 +203,5 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         fabric_imex_mgmt=args.fabric_imex_mgmt_path, boot_id_file=args.boot_id_path,
         nvml_source=source, prepare_window_s=args.prepare_timeout,
         clique_refresh_s=args.clique_refresh_interval, cleanup_interval_s=args.cleanup_interval,
+        resource_api_version=args.resource_api_version,
     )

@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 from agent.plugin.errors import PermanentError, RetryableError
 from agent.plugin.grpcserver import ClaimRef, RpcError
 from api import names
+from api.draclient import DraApi
 from api.kube import call, error_text
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,10 @@ def forbidden(what: str, err: ApiException) -> PermanentError:
 
 
 class NodeOps:
-    def __init__(self, api: client.ApiClient, node_name: str) -> None:
+    def __init__(self, api: client.ApiClient, dra: DraApi, node_name: str) -> None:
         self._api = api
         self._core = client.CoreV1Api(api)
-        self._resource = client.ResourceV1Api(api)
+        self._dra = dra
         self.node_name = node_name
 
     # --- claims ------------------------------------------------------------------------
@@ -50,11 +51,11 @@ class NodeOps:
         return dict(orjson.loads(resp.data))
 
     async def _read_claim(self, ref: ClaimRef) -> dict[str, Any]:
-        """The claim's JSON exactly as the API server sent it (the checkpoint stores its
-        status verbatim, so a node can switch back to the reference driver)."""
-        resp = await call(self._resource.read_namespaced_resource_claim, ref.name,
-                          ref.namespace, _request_timeout=20, _preload_content=False)
-        return orjson.loads(resp.data)
+        """The claim's JSON in v1 shape; its status is the same JSON in every served
+        version, and the checkpoint stores it verbatim, so a node can switch back to the
+        reference driver."""
+        return await call(self._dra.read, "resourceclaims", ref.name, ref.namespace,
+                          _request_timeout=20)
 
     async def fetch_claim(self, ref: ClaimRef) -> dict[str, Any]:
         """The claim as JSON; RpcError (whole RPC fails) as the reference's helper does."""
@@ -75,13 +76,13 @@ class NodeOps:
     async def claim_exists(self, ref: ClaimRef) -> bool:
         """False when the claim is gone or replaced (a stale PrepareStarted entry)."""
         try:
-            claim = await call(self._resource.read_namespaced_resource_claim, ref.name,
-                               ref.namespace, _request_timeout=20)
+            claim = await call(self._dra.read, "resourceclaims", ref.name, ref.namespace,
+                               _request_timeout=20)
         except ApiException as err:
             if err.status == 404:
                 return False
             raise
-        return claim.metadata.uid == ref.uid
+        return bool(claim["metadata"].get("uid") == ref.uid)
 
     async def claim_status(self, ref: ClaimRef) -> dict[str, Any]:
         """For unprepare of a legacy checkpoint entry without stored allocation."""

@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
+from api.draclient import DraApi
 from api.kube import Informer, call, error_text
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,14 @@ def slice_body(node: str, owner: dict[str, Any], generation: int,
     }
 
 
+def _by_name(devices: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    return sorted(devices or [], key=lambda d: str(d.get("name", "")))
+
+
 class SlicePublisher:
-    def __init__(self, api: client.ApiClient, node_name: str, *, host_managed: bool,
-                 resync_s: float = 30.0) -> None:
-        self._api = api
-        self._resource = client.ResourceV1Api(api)
+    def __init__(self, api: client.ApiClient, dra: DraApi, node_name: str, *,
+                 host_managed: bool, resync_s: float = 30.0) -> None:
+        self._dra = dra
         self._core = client.CoreV1Api(api)
         self._node = node_name
         self._devices = desired_devices(host_managed=host_managed)
@@ -67,24 +71,22 @@ class SlicePublisher:
         node = await call(self._core.read_node, self._node, _request_timeout=20)
         owner = {"apiVersion": "v1", "kind": "Node", "name": self._node,
                  "uid": node.metadata.uid, "controller": True}
-        listing = await call(self._resource.list_resource_slice,
+        listing = await call(self._dra.list, "resourceslices",
                              field_selector=self._selector(), _request_timeout=20)
-        slices = [self._api.sanitize_for_serialization(s) for s in listing.items]
+        slices: list[dict[str, Any]] = listing["items"]
         keep = None
         for item in sorted(slices, key=lambda s: s["metadata"]["name"]):
             if keep is None and self._matches(item, owner):
                 keep = item
                 continue
             with contextlib.suppress(ApiException):
-                await call(self._resource.delete_resource_slice, item["metadata"]["name"],
+                await call(self._dra.delete, "resourceslices", item["metadata"]["name"],
                            _request_timeout=20)
         if keep is None:
             generation = 1 + max((s["spec"].get("pool", {}).get("generation", 0)
                                   for s in slices), default=0)
             body = slice_body(self._node, owner, generation, self._devices)
-            created = await call(self._resource.create_resource_slice, body,
-                                 _request_timeout=20)
-            keep = self._api.sanitize_for_serialization(created)
+            keep = await call(self._dra.create, "resourceslices", body, _request_timeout=20)
             log.info("published ResourceSlice %s with %s", keep["metadata"]["name"],
                      ", ".join(d["name"] for d in self._devices))
         self.published = keep
@@ -93,7 +95,9 @@ class SlicePublisher:
     def _matches(self, item: dict[str, Any], owner: dict[str, Any]) -> bool:
         spec = item.get("spec") or {}
         owners = item["metadata"].get("ownerReferences") or []
-        return (spec.get("devices") == self._devices
+        # In any order: the reference publishes its devices in Go map order, and a slice
+        # it left behind is right as long as it holds the same devices.
+        return (_by_name(spec.get("devices")) == _by_name(self._devices)
                 and (spec.get("pool") or {}).get("name") == self._node
                 and (spec.get("pool") or {}).get("resourceSliceCount") == 1
                 and any(o.get("uid") == owner["uid"] for o in owners))
@@ -104,9 +108,9 @@ class SlicePublisher:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._watch = Informer(
-            loop, self._resource.list_resource_slice, lambda o: o["metadata"]["name"],
+            loop, self._dra.lister("resourceslices"), lambda o: o["metadata"]["name"],
             "resourceslices", {"field_selector": self._selector()},
-            to_dict=self._api.sanitize_for_serialization)
+            convert=self._dra.to_v1("resourceslices"))
         self._watch.start()
         self._task = loop.create_task(self._run())
         self._watch_task = loop.create_task(self._kick_on_change())

@@ -9,8 +9,9 @@ renders wrongly is refused with 422 here exactly as a real server would refuse i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from sim.apiserver import defaults, errors
+from sim.apiserver import defaults, errors, versions
 from sim.apiserver.authn import UserInfo
 from sim.apiserver.builtin_schema import BuiltinSchemas
 from sim.apiserver.crd_schema import CRDSchema
@@ -57,6 +58,23 @@ class Admission:
     def remove_crd(self, name: str) -> None:
         for key in self._owned.pop(name, []):
             self._schemas.pop(key, None)
+
+    def decode_served(self, info: ResourceInfo, body: Any, opts: AdmitOptions) -> Any:
+        """A built-in body in a version that is not stored (sim/apiserver/versions.py),
+        decoded against that version's schema, then converted to the stored version: a
+        client that sends v1 fields to a v1beta1 endpoint is told, as a real server would."""
+        if not isinstance(body, dict) or body.get("apiVersion") not in (None, info.api_version):
+            return versions.to_storage(info, body)
+        stripped, warnings = self._builtin.decode(
+            {**body, "apiVersion": info.api_version, "kind": info.kind},
+            field_validation=opts.field_validation)
+        if opts.field_validation == "Warn":
+            opts.warnings += warnings
+        if "apiVersion" not in body:
+            stripped.pop("apiVersion", None)
+        if "kind" not in body:
+            stripped.pop("kind", None)
+        return versions.to_storage(info, stripped)
 
     def admit(self, info: ResourceInfo, new: Obj, old: Obj | None, opts: AdmitOptions) -> Obj:
         name = new.get("metadata", {}).get("name", "")

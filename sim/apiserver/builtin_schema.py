@@ -217,6 +217,25 @@ class BuiltinSchemas:
             f"{kind}: {found.type_errors[0][1]}"
         )
 
+    def decode(
+        self, obj: Mapping[str, Any], *, field_validation: str = "Warn"
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Decoding in the object's own version: a copy without unknown fields and the
+        warnings naming them; raises 400 for undecodable types or, under Strict, unknown
+        fields."""
+        api_version, kind = _api_kind(obj)
+        if (error := self.decode_error(obj)) is not None:
+            raise error
+        stripped, unknown = self.strip_unknown(obj)
+        warnings = [f"unknown field {go_quote(p)}" for p in unknown]
+        if unknown and field_validation == "Strict":
+            version = api_version.rpartition("/")[2]
+            raise bad_request(
+                f"{kind} in version {go_quote(version)} cannot be handled as a "
+                f"{kind}: strict decoding error: {', '.join(warnings)}"
+            )
+        return stripped, warnings
+
     def admit(
         self,
         obj: Mapping[str, Any],
@@ -231,17 +250,8 @@ class BuiltinSchemas:
         unknown fields, and 422 for invalid objects.
         """
         api_version, kind = _api_kind(obj)
-        if (error := self.decode_error(obj)) is not None:
-            raise error
-        stripped, unknown = self.strip_unknown(obj)
+        stripped, warnings = self.decode(obj, field_validation=field_validation)
         defaults.apply(api_version.rpartition("/")[0], kind, stripped)
-        warnings = [f"unknown field {go_quote(p)}" for p in unknown]
-        if unknown and field_validation == "Strict":
-            version = api_version.rpartition("/")[2]
-            raise bad_request(
-                f"{kind} in version {go_quote(version)} cannot be handled as a "
-                f"{kind}: strict decoding error: {', '.join(warnings)}"
-            )
         causes = self.validate(stripped) if old is None else self.validate_update(stripped, old)
         if causes:
             group = api_version.rpartition("/")[0]

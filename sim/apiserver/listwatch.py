@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from sim.apiserver import errors, list_options, table
+from sim.apiserver import errors, list_options, table, versions
 from sim.apiserver.field_selectors import check_fields, parse_field_selector
 from sim.apiserver.label_selectors import parse_label_selector
 from sim.apiserver.store import (
@@ -116,7 +116,7 @@ def list_response(request: web.Request, t: Target, store: Store) -> web.Response
             "kind": t.info.list_kind,
             "apiVersion": t.info.api_version,
             "metadata": list_meta,
-            "items": page,
+            "items": [versions.from_storage(t.info, o) for o in page],
         }
     )
 
@@ -151,6 +151,8 @@ async def watch_stream(
             rv = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
             obj = table.table(t.info, [obj], rv, include=include, headers=headers)
             headers = False
+        elif kind in (ADDED, MODIFIED, DELETED):
+            obj = versions.from_storage(t.info, obj)
         return orjson.dumps({"type": kind, "object": obj}) + b"\n"
 
     try:

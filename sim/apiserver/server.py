@@ -23,7 +23,15 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from sim.apiserver import discovery, errors, openapi, protobuf_bodies, serviceaccounts, table
+from sim.apiserver import (
+    discovery,
+    errors,
+    openapi,
+    protobuf_bodies,
+    serviceaccounts,
+    table,
+    versions,
+)
 from sim.apiserver.admission import FIELD_VALIDATION, Admission, AdmitOptions
 from sim.apiserver.admission_policies import AdmissionPolicies
 from sim.apiserver.authn import TokenAuthenticator, UserInfo
@@ -81,13 +89,15 @@ class ApiServer:
         authenticator: TokenAuthenticator | None = None,
         root_ca_pem: str = "",
         kubelet_client: tuple[str, str, str] | None = None,
+        resource_versions: tuple[str, ...] = ("v1",),
     ) -> None:
         self.store = Store(history_window)
         # Published as the kube-root-ca.crt ConfigMap of every namespace (pods' in-cluster CA).
         self.root_ca_pem = root_ca_pem
         # pods/log and pods/exec, relayed to kubelets with (CA, client certificate, key).
         self.kubelets = KubeletProxy(self.store, kubelet_client)
-        self.registry = ResourceRegistry()
+        # resource.k8s.io as 1.32 (v1beta1), 1.33 (v1beta1, v1beta2) or 1.34+ (v1) serves it.
+        self.registry = ResourceRegistry(versions.builtin_resources(resource_versions))
         self.faults = Faults()
         self.stats = Stats()
         self.authenticator = authenticator
@@ -460,7 +470,10 @@ class ApiServer:
         if method == "GET":
             if t.name and not t.watch:
                 self.stats.count("get", who)
-                return self._respond_object(request, t.info, self._get(t))
+                obj = self._get(t)
+                if not table.wants_table(request.headers.get("Accept", "")):
+                    obj = versions.from_storage(t.info, obj)
+                return self._respond_object(request, t.info, obj)
             if t.watch or q.get("watch") in ("true", "1"):
                 self.stats.count("watch", who)
                 return await watch_stream(
@@ -480,6 +493,8 @@ class ApiServer:
                 f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, got {directive!r}"
             )
         opts = AdmitOptions(field_validation=directive, user=user)
+        if versions.converted(t.info):
+            return await self._serve_converted(request, t, body, dry_run, opts, who)
         if method == "POST" and not t.name:
             self.stats.count("create", who)
             created = self.lifecycle.create(t.info, t.namespace, body, dry_run=dry_run, opts=opts)
@@ -535,6 +550,59 @@ class ApiServer:
             if gone and not t.info.returns_deleted:
                 return self._json(deleted_status(t.info, obj))
             return self._respond_object(request, t.info, obj)
+        if method == "DELETE":
+            self.stats.count("deletecollection", who)
+            return self._delete_collection(request, t)
+        raise errors.ApiError(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+
+    async def _serve_converted(
+        self,
+        request: web.Request,
+        t: Target,
+        body: Any,
+        dry_run: bool,
+        opts: AdmitOptions,
+        who: str,
+    ) -> web.StreamResponse:
+        """Writes to a resource served in a version it is not stored in: the body is decoded
+        in the served version and converted to storage, the answer converted back
+        (sim/apiserver/versions.py)."""
+        method, stored = request.method, dataclasses.replace(t, info=versions.storage_info(t.info))
+
+        def respond(obj: Obj, status: int = 200) -> web.Response:
+            out = obj if table.wants_table(request.headers.get("Accept", "")) else (
+                versions.from_storage(t.info, obj))
+            return self._respond_object(request, t.info, out, status, opts.warnings)
+
+        if method == "POST" and not t.name:
+            self.stats.count("create", who)
+            new = self.admission.decode_served(t.info, body, opts)
+            created = self.lifecycle.create(stored.info, t.namespace, new, dry_run=dry_run,
+                                            opts=opts)
+            return respond(created, 201)
+        if method == "PUT" and t.name:
+            self.stats.count("update", who)
+            new = self.admission.decode_served(t.info, body, opts)
+            return respond(self._counting_conflicts(lambda: self.lifecycle.update(
+                stored.info, t.namespace, t.name, new, subresource=t.subresource,
+                dry_run=dry_run, opts=opts), who))
+        if method == "PATCH" and t.name:
+            self.stats.count("patch", who)
+            return respond(self._counting_conflicts(
+                lambda: self._patch(request, t, body, dry_run, opts), who))
+        if method == "DELETE" and t.name:
+            self.stats.count("delete", who)
+            delete_opts = dataclasses.replace(
+                self._delete_options(request, body if isinstance(body, dict) else None),
+                user=opts.user)
+            obj, gone = self.lifecycle.delete(stored.info, t.namespace, t.name, delete_opts)
+            if gone and not t.info.returns_deleted:
+                return self._json(deleted_status(t.info, obj))
+            return respond(obj)
         if method == "DELETE":
             self.stats.count("deletecollection", who)
             return self._delete_collection(request, t)
@@ -611,7 +679,7 @@ class ApiServer:
         self, request: web.Request, t: Target, body: Any, dry_run: bool, opts: AdmitOptions
     ) -> Obj:
         ctype = request.content_type
-        current = self._get(t)
+        current = versions.from_storage(t.info, self._get(t))
         if ctype == "application/merge-patch+json":
             patched = apply_merge_patch(current, body)
         elif ctype == "application/json-patch+json":
@@ -627,10 +695,12 @@ class ApiServer:
             raise errors.unsupported_media_type(builtin=t.info.builtin)
         if not isinstance(patched, dict):
             raise errors.bad_request("the patch must produce a JSON object")
+        if versions.converted(t.info):
+            patched = self.admission.decode_served(t.info, patched, opts)
         # The patched object carries the current resourceVersion, unless the patch itself
         # sets one: then update() checks it as a precondition, as the real server does.
         return self.lifecycle.update(
-            t.info,
+            versions.storage_info(t.info),
             t.namespace,
             t.name,
             patched,
@@ -694,8 +764,10 @@ class ApiServer:
         for obj in list(self.store.list(t.info.key, t.namespace or None)):
             if selected(obj):
                 md = obj["metadata"]
-                gone, _ = self.lifecycle.delete(t.info, md.get("namespace", ""), md["name"], opts)
-                deleted.append(gone)
+                gone, _ = self.lifecycle.delete(
+                    versions.storage_info(t.info), md.get("namespace", ""), md["name"], opts
+                )
+                deleted.append(versions.from_storage(t.info, gone))
         return self._json(
             {
                 "kind": t.info.list_kind,

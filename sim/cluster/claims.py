@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from api.draclient import DraApi
 from api.kube import Informer, call, error_text
 
 log = logging.getLogger(__name__)
@@ -25,34 +25,21 @@ POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _MERGE_PATCH = "application/merge-patch+json"
 
 
+CLAIMS = "resourceclaims"
+
+
 def _key(obj: dict[str, Any]) -> str:
     md = obj.get("metadata") or {}
     return f"{md.get('namespace', '')}/{md.get('name', '')}"
 
 
-def claim_lister(resource: client.ResourceV1Api) -> Callable[..., Any]:
-    """`list_resource_claim_for_all_namespaces`, usable by `kubernetes.watch`.
-
-    The watch derives the item model from the list's return type (`V1ResourceClaimList`
-    -> `V1ResourceClaim`), but the client names that model `ResourceV1ResourceClaim`, so
-    every watch event would fail to decode and the informer would only re-list. The
-    `:rtype:` line below is what the watch reads instead.
-    """
-
-    def list_resource_claims(**kwargs: Any) -> Any:
-        """:rtype: ResourceV1ResourceClaimList"""
-        return resource.list_resource_claim_for_all_namespaces(**kwargs)
-
-    return list_resource_claims
-
-
 class ClaimController:
     """Generates claims from templates and prunes stale reservations; one worker queue."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, resource_version: str = "v1") -> None:
         self._api = api_client
         self._core = client.CoreV1Api(api_client)
-        self._resource = client.ResourceV1Api(api_client)
+        self._dra = DraApi(api_client, resource_version)
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._queued: set[tuple[str, str]] = set()
         self._task: asyncio.Task[None] | None = None
@@ -72,10 +59,10 @@ class ClaimController:
         )
         self.claims = Informer(
             loop,
-            claim_lister(self._resource),
+            self._dra.lister(CLAIMS),
             _key,
             "claims-claims",
-            to_dict=to_dict,
+            convert=self._dra.to_v1(CLAIMS),
             on_change=lambda o: self._enqueue("claim", _key(o)),
         )
         self.pods.start()
@@ -144,9 +131,9 @@ class ClaimController:
             return
         # A fresh listing, not the cache: a claim created just before a crash or a failed
         # status write must be found again, never duplicated.
-        existing = await call(self._resource.list_namespaced_resource_claim, namespace)
+        existing = await call(self._dra.list, CLAIMS, namespace)
         owned: dict[str, str] = {}
-        for claim in self._api.sanitize_for_serialization(existing).get("items") or []:
+        for claim in existing["items"]:
             cmd = claim["metadata"]
             if any(
                 ref.get("uid") == uid and ref.get("controller")
@@ -172,12 +159,11 @@ class ClaimController:
 
     async def _create_claim(self, pod: dict[str, Any], pod_claim: dict[str, Any]) -> str:
         md = pod["metadata"]
-        template = self._api.sanitize_for_serialization(
-            await call(
-                self._resource.read_namespaced_resource_claim_template,
-                pod_claim["resourceClaimTemplateName"],
-                md["namespace"],
-            )
+        template = await call(
+            self._dra.read,
+            "resourceclaimtemplates",
+            pod_claim["resourceClaimTemplateName"],
+            md["namespace"],
         )
         tmd = (template.get("spec") or {}).get("metadata") or {}
         claim = {
@@ -204,9 +190,7 @@ class ClaimController:
             },
             "spec": (template.get("spec") or {}).get("spec") or {},
         }
-        created = self._api.sanitize_for_serialization(
-            await call(self._resource.create_namespaced_resource_claim, md["namespace"], claim)
-        )
+        created = await call(self._dra.create, CLAIMS, claim, md["namespace"])
         log.info(
             "created ResourceClaim %s/%s for pod %s",
             md["namespace"],
@@ -244,7 +228,8 @@ class ClaimController:
         # A full replace carrying resourceVersion: fails if the claim changed meanwhile.
         body = {**claim, "status": new_status}
         await call(
-            self._resource.replace_namespaced_resource_claim_status,
+            self._dra.replace_status,
+            CLAIMS,
             claim["metadata"]["name"],
             namespace,
             body,

@@ -53,7 +53,7 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from api import names
+from api import draconvert, names
 from api.kube import call, call_retrying
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
@@ -108,6 +108,9 @@ class ClusterSpec:
     control_plane: str = EMULATOR  # or KUBERNETES: upstream components (make k8s)
     # False: nodes and control plane only; an admin installs the driver (`helm install`).
     driver: bool = True
+    # resource.k8s.io versions the emulator serves: ("v1beta1",) as Kubernetes 1.32 does,
+    # ("v1beta1", "v1beta2") as 1.33; the upstream control plane serves what it serves.
+    resource_versions: tuple[str, ...] = ("v1",)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -116,6 +119,12 @@ class ClusterSpec:
             raise ValueError(
                 f"control plane {self.control_plane!r} is not one of {', '.join(CONTROL_PLANES)}"
             )
+        for version in self.resource_versions:
+            draconvert.check_version(version)
+        if not self.resource_versions:
+            raise ValueError("resource_versions must name at least one version")
+        if self.control_plane != EMULATOR and tuple(self.resource_versions) != ("v1",):
+            raise ValueError("resource_versions other than v1 need the emulator control plane")
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1 (got {self.nodes})")
         if self.nodes + self.non_fabric > 254:
@@ -185,7 +194,8 @@ class SimCluster:
         )
         self.namespace = _single(self.objects, "Namespace")["metadata"]["name"]
         self.accounts = _service_accounts(self.objects)
-        self.control_plane: ControlPlane = _control_plane(spec.control_plane, self.root)
+        self.control_plane: ControlPlane = _control_plane(spec.control_plane, self.root,
+                                                      tuple(spec.resource_versions))
         self.admin: client.ApiClient | None = None
         self.kubeconfigs: dict[str, Path] = {}
         self.nodes: dict[str, SimNode] = {}
@@ -289,8 +299,13 @@ class SimCluster:
         return credentials.write_kubeconfig(self.root / "users" / f"{name}.kubeconfig")
 
     def install_objects(self) -> list[Obj]:
-        """Everything the manifests hold, the controller and the agent included."""
-        return list(self.objects)
+        """Everything the manifests hold, the controller and the agent included; the
+        DeviceClasses in the resource.k8s.io version the cluster serves, as the chart renders
+        them there (its `cd.resourceApiVersion`)."""
+        version = self.control_plane.resource_version
+        return [draconvert.from_v1(o, o["kind"], version)
+                if o.get("apiVersion") == draconvert.api_version("v1") else o
+                for o in self.objects]
 
     async def _add_node(self, name: str, index: int, clique: int | None) -> None:
         ip = node_ip(index, self.network)
@@ -332,6 +347,7 @@ class SimCluster:
             server=Credentials(plane.admin.server, plane.admin.ca_file),
             images=self.images,
             in_cluster=plane.in_cluster(),
+            resource_version=plane.resource_version,
             host_root=fs,
         )
         await kubelet.register()
@@ -494,14 +510,14 @@ class SimCluster:
         return out + ([self.controller] if self.controller.pid is not None else [])
 
 
-def _control_plane(kind: str, root: Path) -> ControlPlane:
+def _control_plane(kind: str, root: Path, resource_versions: tuple[str, ...]) -> ControlPlane:
     if kind == KUBERNETES:
         from sim.controlplane.upstream import KubernetesControlPlane
 
         return KubernetesControlPlane(root / "control-plane")
     from sim.controlplane.emulator import EmulatorControlPlane
 
-    return EmulatorControlPlane(root / "control-plane")
+    return EmulatorControlPlane(root / "control-plane", resource_versions=resource_versions)
 
 
 def _single(objects: Sequence[Obj], kind: str) -> Obj:

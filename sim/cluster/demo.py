@@ -228,6 +228,7 @@ class DemoOptions:
     agent_program: Path | None = None
     in_process: bool = False
     control_plane: str = "emulator"
+    resource_versions: tuple[str, ...] = ("v1",)
 
 
 async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoResult:
@@ -243,6 +244,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
     }
     spec_kwargs["in_process"] = opts.in_process
     spec_kwargs["control_plane"] = opts.control_plane
+    spec_kwargs["resource_versions"] = opts.resource_versions
     if opts.agent_program is not None:
         spec_kwargs["agent_program"] = opts.agent_program
     cluster = SimCluster(ClusterSpec(**spec_kwargs))

@@ -24,6 +24,7 @@ from typing import Any, Final
 from kubernetes import client
 
 from api import names
+from api.draclient import DraApi
 from api.kube import call
 
 Obj = dict[str, Any]
@@ -87,7 +88,7 @@ class Snapshot:
     @classmethod
     async def take(cls, api: client.ApiClient, driver_namespace: str) -> Snapshot:
         custom = client.CustomObjectsApi(api)
-        resource = client.ResourceV1Api(api)
+        dra = await call(DraApi.discover, api)
         core = client.CoreV1Api(api)
 
         async def items(fn: Any, *args: Any) -> list[Obj]:
@@ -103,8 +104,8 @@ class Snapshot:
                 names.VERSION,
                 names.PLURAL_COMPUTE_DOMAINS,
             ),
-            templates=await items(resource.list_resource_claim_template_for_all_namespaces),
-            claims=await items(resource.list_resource_claim_for_all_namespaces),
+            templates=await items(dra.list, "resourceclaimtemplates"),
+            claims=await items(dra.list, "resourceclaims"),
             pods=await items(core.list_pod_for_all_namespaces),
             nodes=await items(core.list_node),
             cliques=await items(

@@ -40,6 +40,7 @@ from typing import Any
 from kubernetes import client
 
 from api import names
+from api.draclient import DraApi
 from api.kube import Informer, call, call_retrying
 from sim.cluster.containerconfig import NodeContext
 from sim.cluster.containers import ContainerExecutor
@@ -114,11 +115,12 @@ class SimKubelet:
         node: NodeSpec | None = None,
         tls: ssl.SSLContext | None = None,
         server: Credentials | None = None,
+        resource_version: str = "v1",
     ) -> None:
         self.api = api_client
         self.executor: ContainerExecutor = executor or SandboxExecutor()
         self.core = client.CoreV1Api(api_client)
-        self.resource = client.ResourceV1Api(api_client)
+        self.resource_api = DraApi(api_client, resource_version)
         self.node_name = node_name
         self.cdi_dirs = [Path(d) for d in cdi_dirs]
         self.pods_dir = Path(pods_dir)
@@ -217,13 +219,11 @@ class SimKubelet:
     async def read_claim(self, namespace: str, name: str) -> Obj | None:
         """The ResourceClaim, read now (None if it does not exist or cannot be read yet)."""
         try:
-            claim = await call(self.resource.read_namespaced_resource_claim, name, namespace)
+            return await call(self.resource_api.read, "resourceclaims", name, namespace)
         except client.ApiException as err:
             if err.status not in (403, 404, 429) and err.status < 500:
                 raise
             return None
-        result: Obj = self.api.sanitize_for_serialization(claim)
-        return result
 
     async def read_object(self, kind: str, namespace: str, name: str) -> Obj | None:
         """A ConfigMap or Secret (`kind` "configmaps" or "secrets") a pod uses, or None."""
@@ -313,11 +313,11 @@ class SimKubelet:
     async def _wipe_later(self, driver: str, delay: float) -> None:
         await asyncio.sleep(delay)
         selector = f"spec.nodeName={self.node_name},spec.driver={driver}"
-        listing = await call(self.resource.list_resource_slice, field_selector=selector)
-        for item in listing.items:
-            name = item.metadata.name
+        listing = await call(self.resource_api.list, "resourceslices", field_selector=selector)
+        for item in listing["items"]:
+            name = item["metadata"]["name"]
             try:
-                await call(self.resource.delete_resource_slice, name)
+                await call(self.resource_api.delete, "resourceslices", name)
             except client.ApiException as err:
                 if err.status != 404:
                     raise

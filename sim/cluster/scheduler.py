@@ -21,10 +21,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from api.draclient import DraApi
 from api.kube import Informer, call
 from api.nodematch import node_selector_matches, pod_spec_matches_node, untolerated_taint
 from sim.cluster.cel import SelectorEvaluator
-from sim.cluster.claims import claim_lister
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,11 @@ def _request_class(request: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
 class Scheduler:
     """Event-driven scheduling loop with a periodic retry for pending pods."""
 
-    def __init__(self, api_client: client.ApiClient, retry_seconds: float = 1.0) -> None:
+    def __init__(self, api_client: client.ApiClient, retry_seconds: float = 1.0,
+                 resource_version: str = "v1") -> None:  # fmt: skip
         self._api = api_client
         self._core = client.CoreV1Api(api_client)
-        self._resource = client.ResourceV1Api(api_client)
+        self._dra = DraApi(api_client, resource_version)
         self._retry = retry_seconds
         self._cel = SelectorEvaluator()
         self._wake = asyncio.Event()
@@ -123,14 +124,14 @@ class Scheduler:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         to_dict = self._api.sanitize_for_serialization
-        sources = {
-            "pods": self._core.list_pod_for_all_namespaces,
-            "nodes": self._core.list_node,
-            "slices": self._resource.list_resource_slice,
-            "claims": claim_lister(self._resource),
-            "classes": self._resource.list_device_class,
+        # name -> (list call, conversion of each object to the shapes this code reads)
+        dra = {"slices": "resourceslices", "claims": "resourceclaims", "classes": "deviceclasses"}
+        sources: dict[str, tuple[Any, Any]] = {
+            "pods": (self._core.list_pod_for_all_namespaces, None),
+            "nodes": (self._core.list_node, None),
+            **{n: (self._dra.lister(p), self._dra.to_v1(p)) for n, p in dra.items()},
         }
-        for name, list_fn in sources.items():
+        for name, (list_fn, convert) in sources.items():
             informer = Informer(
                 loop,
                 list_fn,
@@ -138,6 +139,7 @@ class Scheduler:
                 f"scheduler-{name}",
                 to_dict=to_dict,
                 on_change=self._claim_changed if name == "claims" else self._changed,
+                convert=convert,
             )
             self._informers[name] = informer
             informer.start()
@@ -423,12 +425,13 @@ class Scheduler:
                 continue  # already allocated and reserved for this pod
             status["reservedFor"] = reserved
             written = await call(
-                self._resource.replace_namespaced_resource_claim_status,
+                self._dra.replace_status,
+                "resourceclaims",
                 claim["metadata"]["name"],
                 claim["metadata"]["namespace"],
                 {**claim, "status": status},
             )
-            self._assumed[key] = self._api.sanitize_for_serialization(written)
+            self._assumed[key] = written
         self.assigned[_key(pod)] = node
         await self._bind(pod, node)
 

@@ -141,6 +141,11 @@ class ControlPlane(Protocol):
         """The server's `gitVersion` (`/version`)."""
         ...
 
+    @property
+    def resource_version(self) -> str:
+        """The resource.k8s.io version the cluster's own actors (kubelets) speak."""
+        ...
+
     def requests_by_user(self) -> Mapping[str, Mapping[str, int]]:
         """User name -> verb -> number of requests that user made so far."""
         ...

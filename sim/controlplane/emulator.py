@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from api.draclient import pick_version
 from sim.apiserver.authn import ADMIN, TokenAuthenticator
 from sim.apiserver.discovery import SERVER_VERSION
 from sim.apiserver.runner import ServerThread
@@ -51,6 +52,10 @@ class EmulatorControlPlane:
         self._admin: Credentials | None = None
         self._admin_client: Any = None
         self.pki: ClusterPKI | None = None
+
+    @property
+    def resource_version(self) -> str:
+        return pick_version(list(self.server_kwargs.get("resource_versions", ("v1",))))
 
     @property
     def url(self) -> str:
@@ -87,8 +92,9 @@ class EmulatorControlPlane:
         if install is not None:
             await install(self._admin)
         self.actors = [
-            ClaimController(self._admin_client),
-            Scheduler(self._admin_client, retry_seconds=1.0),
+            ClaimController(self._admin_client, self.resource_version),
+            Scheduler(self._admin_client, retry_seconds=1.0,
+                      resource_version=self.resource_version),
             DaemonSetController(self._admin_client, resync_seconds=10.0),
             DeploymentController(self._admin_client, resync_seconds=10.0),
             ReplicaSetController(self._admin_client, resync_seconds=10.0),

@@ -134,6 +134,10 @@ class KubernetesControlPlane:
     def server_version(self) -> str:
         return self._version
 
+    @property
+    def resource_version(self) -> str:
+        return "v1"  # its scheduler and controllers need v1 (Kubernetes 1.34 and later)
+
     def requests_by_user(self) -> Mapping[str, Mapping[str, int]]:
         return self._audit.counts()
 

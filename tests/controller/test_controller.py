@@ -11,6 +11,7 @@ from controller_env import DRIVER_NS, Api, ControllerThread, make_config, wait_f
 from kubernetes import client
 
 from api import names
+from api.draclient import DraApi
 
 
 @pytest.fixture
@@ -106,7 +107,8 @@ def test_a_lagging_pod_cache_never_prunes_a_live_daemon(api):
     name = names.clique_object_name(uid, "c1")
     lagging = SimpleNamespace(pods=SimpleNamespace(items={}),  # knows no daemon pod at all
                               cliques=SimpleNamespace(items={f"{DRIVER_NS}/{name}": read()}))
-    reconciler = Reconciler(api.api, make_config(), lagging, EventRecorder(api.api, "test"))
+    reconciler = Reconciler(api.api, DraApi(api.api), make_config(), lagging,
+                            EventRecorder(api.api, "test"))
     asyncio.run(reconciler._prune_cliques(uid))
     assert [d["nodeName"] for d in read()["daemons"]] == ["n1"]
 

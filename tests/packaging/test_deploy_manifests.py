@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
+from api.draclient import DraApi
 from api.version import __version__
 from sim.apiserver.authn import TokenAuthenticator
 from sim.apiserver.runner import ServerThread
@@ -297,8 +298,8 @@ def test_kubelet_plugin_service_account(secured: dict[str, client.ApiClient]) ->
     _allowed_but_absent(lambda: resource.read_namespaced_resource_claim("c", USER_NS))
 
     async def agent_calls() -> dict[str, Any]:
-        published = await SlicePublisher(sa, "node-1", host_managed=False).reconcile()
-        ops = NodeOps(sa, "node-1")
+        published = await SlicePublisher(sa, DraApi(sa), "node-1", host_managed=False).reconcile()
+        ops = NodeOps(sa, DraApi(sa), "node-1")
         await ops.add_cd_label("0f3c2a9e-1b2c-4d5e-8f90-123456789abc")
         await ops.set_clique_label("clique-1")
         await ops.remove_cd_label("0f3c2a9e-1b2c-4d5e-8f90-123456789abc")

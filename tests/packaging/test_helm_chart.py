@@ -255,9 +255,18 @@ def test_resource_api_version_is_honoured(helm_bin: Path) -> None:
     for version in ("resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2"):
         objects = render(helm_bin, "--set", f"resourceApiVersion={version}")
         assert {o["apiVersion"] for o in objects if o["kind"] == "DeviceClass"} == {version}
+        # The driver speaks the pinned version too, not only the DeviceClasses.
+        for kind in ("Deployment", "DaemonSet"):
+            assert env(pod_spec(objects, kind)["containers"][0])[
+                "RESOURCE_API_VERSION"] == version
+    # helm template's own capabilities include v1; a 1.32 cluster's discovery does not
+    # (tests/sim/test_helm_install.py installs into one).
     objects = render(helm_bin, "--api-versions", "resource.k8s.io/v1")
     assert {o["apiVersion"] for o in objects if o["kind"] == "DeviceClass"} == {
         "resource.k8s.io/v1"}
+    # Unpinned, the driver finds the served version itself (api/draclient.py).
+    for kind in ("Deployment", "DaemonSet"):
+        assert "RESOURCE_API_VERSION" not in env(pod_spec(objects, kind)["containers"][0])
 
 
 def test_the_reference_values_file_renders_once_gpus_are_off(helm_bin: Path) -> None:

@@ -19,6 +19,7 @@ class Up:
 
     def __init__(self, kubectl: Path, workdir: Path, *flags: str) -> None:
         self.kubectl = kubectl
+        self.resource_api = "resource.k8s.io/v1"  # what its API server serves (newest)
         self.kubeconfig = workdir / "sim-kubeconfig"
         self.log = (workdir / "up.log").open("w")
         self.proc = subprocess.Popen(

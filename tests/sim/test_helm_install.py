@@ -39,13 +39,20 @@ class Helm:
         return done.stdout
 
 
-@pytest.fixture(scope="module", params=["emulator", "kubernetes"])
+# (control plane, resource.k8s.io versions served): "v1beta1" is a Kubernetes 1.32 API.
+PLANES = {"emulator": ("emulator", "v1"), "kubernetes": ("kubernetes", "v1"),
+          "emulator-1.32": ("emulator", "v1beta1")}
+
+
+@pytest.fixture(scope="module", params=list(PLANES))
 def up(request: pytest.FixtureRequest, kubectl_bin: Path,
        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    if request.param == "kubernetes" and not available()[0]:
+    plane, versions = PLANES[request.param]
+    if plane == "kubernetes" and not available()[0]:
         pytest.fail(f"--control-plane kubernetes: {available()[1]}")
     cluster = Up(kubectl_bin, tmp_path_factory.mktemp("helm"), "--no-driver",
-                 "--control-plane", request.param)
+                 "--control-plane", plane, "--resource-api", versions)
+    cluster.resource_api = f"resource.k8s.io/{versions}"
     try:
         yield cluster
     finally:
@@ -64,6 +71,10 @@ def test_install_upgrade_and_uninstall_as_the_reference_runbook_does(
     assert len(up.ok("get", "pods", "-n", NS, "-l", PLUGINS, "-o", "name").split()) == 2
     log = up.ok("logs", "-n", NS, "-l", PLUGINS, "-c", "compute-domains")
     assert "compute-domain kubelet plugin ready on node" in log, log
+    # The chart and the driver found the cluster's resource.k8s.io version by themselves.
+    assert f"speaking {up.resource_api}" in log, log
+    assert up.ok("get", "deviceclass", "compute-domain-default-channel.nvidia.com", "-o",
+                 "jsonpath={.apiVersion}") == up.resource_api
 
     # The reference's demo runs on the helm-installed driver.
     up.ok("apply", "-f", str(DEMO / "channel-injection.yaml"))
