@@ -88,6 +88,12 @@ class DraApi:
         return draconvert.from_v1({**obj, "apiVersion": draconvert.api_version("v1"),
                                    "kind": KINDS[plural]}, KINDS[plural], self.version)
 
+    def _in(self, plural: str, obj: Any) -> Obj:
+        """A served object as the API answered it (a JSON object), in v1 shape."""
+        if not isinstance(obj, dict):
+            raise TypeError(f"{plural}: expected a JSON object, got {type(obj).__name__}")
+        return self.to_v1(plural)(obj)
+
     def lister(self, plural: str, namespace: str = "") -> Callable[..., Any]:
         """The raw list call of `plural`, for api/kube.py Informer (with `to_v1`) and watches:
         the listing and watch events come back in the served version."""
@@ -116,7 +122,7 @@ class DraApi:
         else:
             obj = self._custom.get_cluster_custom_object(GROUP, self.version, plural, name,
                                                          **kwargs)
-        return self.to_v1(plural)(obj)
+        return self._in(plural, obj)
 
     def create(self, plural: str, body: Obj, namespace: str = "", **kwargs: Any) -> Obj:
         wire = self._out(plural, body)
@@ -126,7 +132,7 @@ class DraApi:
         else:
             obj = self._custom.create_cluster_custom_object(GROUP, self.version, plural, wire,
                                                             **kwargs)
-        return self.to_v1(plural)(obj)
+        return self._in(plural, obj)
 
     def delete(self, plural: str, name: str, namespace: str = "", **kwargs: Any) -> Any:
         if namespace:
@@ -139,11 +145,11 @@ class DraApi:
         wire = self._out(plural, body)
         obj = self._custom.replace_namespaced_custom_object(
             GROUP, self.version, namespace, plural, name, wire, **kwargs)
-        return self.to_v1(plural)(obj)
+        return self._in(plural, obj)
 
     def replace_status(self, plural: str, name: str, namespace: str, body: Obj,
                        **kwargs: Any) -> Obj:
         wire = self._out(plural, body)
         obj = self._custom.replace_namespaced_custom_object_status(
             GROUP, self.version, namespace, plural, name, wire, **kwargs)
-        return self.to_v1(plural)(obj)
+        return self._in(plural, obj)

@@ -470,10 +470,7 @@ class ApiServer:
         if method == "GET":
             if t.name and not t.watch:
                 self.stats.count("get", who)
-                obj = self._get(t)
-                if not table.wants_table(request.headers.get("Accept", "")):
-                    obj = versions.from_storage(t.info, obj)
-                return self._respond_object(request, t.info, obj)
+                return self._respond_object(request, t.info, self._get(t))
             if t.watch or q.get("watch") in ("true", "1"):
                 self.stats.count("watch", who)
                 return await watch_stream(
@@ -493,11 +490,14 @@ class ApiServer:
                 f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, got {directive!r}"
             )
         opts = AdmitOptions(field_validation=directive, user=user)
-        if versions.converted(t.info):
-            return await self._serve_converted(request, t, body, dry_run, opts, who)
+        # A resource served in a version it is not stored in: the body is decoded in the
+        # served version, then converted; answers are converted back in _respond_object.
+        if versions.converted(t.info) and method in ("POST", "PUT"):
+            body = self.admission.decode_served(t.info, body, opts)
+        info = versions.storage_info(t.info)
         if method == "POST" and not t.name:
             self.stats.count("create", who)
-            created = self.lifecycle.create(t.info, t.namespace, body, dry_run=dry_run, opts=opts)
+            created = self.lifecycle.create(info, t.namespace, body, dry_run=dry_run, opts=opts)
             if t.info.builtin and t.info.kind == "Namespace" and not dry_run:
                 self._ensure_default_account(created["metadata"]["name"])
             return self._respond_object(request, t.info, created, 201, opts.warnings)
@@ -523,7 +523,7 @@ class ApiServer:
             self.stats.count("update", who)
             updated = self._counting_conflicts(
                 lambda: self.lifecycle.update(
-                    t.info,
+                    info,
                     t.namespace,
                     t.name,
                     body,
@@ -546,63 +546,10 @@ class ApiServer:
                 self._delete_options(request, body if isinstance(body, dict) else None),
                 user=user,
             )
-            obj, gone = self.lifecycle.delete(t.info, t.namespace, t.name, delete_opts)
+            obj, gone = self.lifecycle.delete(info, t.namespace, t.name, delete_opts)
             if gone and not t.info.returns_deleted:
                 return self._json(deleted_status(t.info, obj))
             return self._respond_object(request, t.info, obj)
-        if method == "DELETE":
-            self.stats.count("deletecollection", who)
-            return self._delete_collection(request, t)
-        raise errors.ApiError(
-            405,
-            "MethodNotAllowed",
-            "the server does not allow this method on the requested resource",
-        )
-
-    async def _serve_converted(
-        self,
-        request: web.Request,
-        t: Target,
-        body: Any,
-        dry_run: bool,
-        opts: AdmitOptions,
-        who: str,
-    ) -> web.StreamResponse:
-        """Writes to a resource served in a version it is not stored in: the body is decoded
-        in the served version and converted to storage, the answer converted back
-        (sim/apiserver/versions.py)."""
-        method, stored = request.method, dataclasses.replace(t, info=versions.storage_info(t.info))
-
-        def respond(obj: Obj, status: int = 200) -> web.Response:
-            out = obj if table.wants_table(request.headers.get("Accept", "")) else (
-                versions.from_storage(t.info, obj))
-            return self._respond_object(request, t.info, out, status, opts.warnings)
-
-        if method == "POST" and not t.name:
-            self.stats.count("create", who)
-            new = self.admission.decode_served(t.info, body, opts)
-            created = self.lifecycle.create(stored.info, t.namespace, new, dry_run=dry_run,
-                                            opts=opts)
-            return respond(created, 201)
-        if method == "PUT" and t.name:
-            self.stats.count("update", who)
-            new = self.admission.decode_served(t.info, body, opts)
-            return respond(self._counting_conflicts(lambda: self.lifecycle.update(
-                stored.info, t.namespace, t.name, new, subresource=t.subresource,
-                dry_run=dry_run, opts=opts), who))
-        if method == "PATCH" and t.name:
-            self.stats.count("patch", who)
-            return respond(self._counting_conflicts(
-                lambda: self._patch(request, t, body, dry_run, opts), who))
-        if method == "DELETE" and t.name:
-            self.stats.count("delete", who)
-            delete_opts = dataclasses.replace(
-                self._delete_options(request, body if isinstance(body, dict) else None),
-                user=opts.user)
-            obj, gone = self.lifecycle.delete(stored.info, t.namespace, t.name, delete_opts)
-            if gone and not t.info.returns_deleted:
-                return self._json(deleted_status(t.info, obj))
-            return respond(obj)
         if method == "DELETE":
             self.stats.count("deletecollection", who)
             return self._delete_collection(request, t)
@@ -669,7 +616,7 @@ class ApiServer:
                 table.table(info, [obj], {"resourceVersion": rv}, include=include), status
             )
         else:
-            response = self._json(obj, status)
+            response = self._json(versions.from_storage(info, obj), status)
         for warning in warnings or ():
             escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
             response.headers.add("Warning", f'299 - "{escaped}"')
