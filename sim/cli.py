@@ -169,8 +169,9 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
         type=_resource_versions,
         default=("v1",),
         metavar="VERSIONS",
-        help="resource.k8s.io versions the emulator serves, comma-separated: v1 (the "
-        "default), v1beta1 as Kubernetes 1.32, v1beta1,v1beta2 as 1.33",
+        help="resource.k8s.io versions served, comma-separated: v1 (the default), v1beta1 as "
+        "Kubernetes 1.32, v1beta1,v1beta2 as 1.33 (emulator); with --control-plane "
+        "kubernetes, v1 plus the betas to enable (e.g. v1,v1beta1)",
     )
     parser.add_argument(
         "--in-process",
@@ -195,8 +196,9 @@ def _cluster_error(args: argparse.Namespace) -> str | None:
         return "--agent runs a program per node; it cannot be combined with --in-process"
     if args.agent is not None and not args.agent.is_file():
         return f"--agent {args.agent}: no such file"
-    if args.control_plane == KUBERNETES and args.resource_api != ("v1",):
-        return "--resource-api: only the emulator serves other versions than v1"
+    if args.control_plane == KUBERNETES and "v1" not in args.resource_api:
+        return ("--resource-api: kube-apiserver serves v1 for its scheduler; name it too "
+                "(e.g. v1,v1beta1)")
     if args.control_plane == KUBERNETES:
         from sim.controlplane.binaries import available
 

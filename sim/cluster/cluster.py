@@ -108,8 +108,9 @@ class ClusterSpec:
     control_plane: str = EMULATOR  # or KUBERNETES: upstream components (make k8s)
     # False: nodes and control plane only; an admin installs the driver (`helm install`).
     driver: bool = True
-    # resource.k8s.io versions the emulator serves: ("v1beta1",) as Kubernetes 1.32 does,
-    # ("v1beta1", "v1beta2") as 1.33; the upstream control plane serves what it serves.
+    # resource.k8s.io versions served. The emulator: any, e.g. ("v1beta1",) as Kubernetes
+    # 1.32 serves it, ("v1beta1", "v1beta2") as 1.33. Upstream kube-apiserver: v1 (its
+    # scheduler and controllers need it) plus the betas named, enabled by --runtime-config.
     resource_versions: tuple[str, ...] = ("v1",)
 
     def validate(self) -> None:
@@ -123,8 +124,9 @@ class ClusterSpec:
             draconvert.check_version(version)
         if not self.resource_versions:
             raise ValueError("resource_versions must name at least one version")
-        if self.control_plane != EMULATOR and tuple(self.resource_versions) != ("v1",):
-            raise ValueError("resource_versions other than v1 need the emulator control plane")
+        if self.control_plane != EMULATOR and "v1" not in self.resource_versions:
+            raise ValueError("the kubernetes control plane serves resource.k8s.io/v1 (its "
+                             "scheduler needs it): name v1 among resource_versions")
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1 (got {self.nodes})")
         if self.nodes + self.non_fabric > 254:
@@ -514,7 +516,9 @@ def _control_plane(kind: str, root: Path, resource_versions: tuple[str, ...]) ->
     if kind == KUBERNETES:
         from sim.controlplane.upstream import KubernetesControlPlane
 
-        return KubernetesControlPlane(root / "control-plane")
+        betas = [f"{draconvert.api_version(v)}=true" for v in resource_versions if v != "v1"]
+        flags = [f"--runtime-config={','.join(betas)}"] if betas else []
+        return KubernetesControlPlane(root / "control-plane", apiserver_flags=flags)
     from sim.controlplane.emulator import EmulatorControlPlane
 
     return EmulatorControlPlane(root / "control-plane", resource_versions=resource_versions)
