@@ -9,6 +9,7 @@ version and return plain JSON, so no version's generated client models are invol
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from kubernetes import client
 
 from api import draconvert
 from api.draconvert import GROUP, KINDS, VERSIONS
+from api.kube import call_retrying
 
 Obj = dict[str, Any]
 
@@ -59,6 +61,24 @@ def _listing(served: list[str]) -> str:
     return ", ".join(draconvert.api_version(v) for v in served)
 
 
+async def discover(api: client.ApiClient, wanted: str = "", *, within: float = 60.0,
+                   served: Callable[[client.ApiClient], list[str]] = served_versions
+                   ) -> DraApi:
+    """The DraApi of the version to speak (pick_version), asking discovery until it names
+    one: a kube-apiserver that has just (re)started lists its groups before all of them are
+    installed, so "no resource.k8s.io" is believed only after `within` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        versions = await call_retrying(served, api, within=within)
+        try:
+            return DraApi(api, pick_version(versions, wanted))
+        except ResourceApiError:
+            if loop.time() >= deadline:
+                raise
+        await asyncio.sleep(min(1.0, max(0.0, deadline - loop.time())))
+
+
 class DraApi:
     """The four DRA resources (plurals of api/draconvert.py KINDS) in one served version.
 
@@ -68,10 +88,6 @@ class DraApi:
     def __init__(self, api: client.ApiClient, version: str = "v1") -> None:
         self.version = draconvert.check_version(version)
         self._custom = client.CustomObjectsApi(api)
-
-    @classmethod
-    def discover(cls, api: client.ApiClient, wanted: str = "") -> DraApi:
-        return cls(api, pick_version(served_versions(api), wanted))
 
     @property
     def api_version(self) -> str:

@@ -24,7 +24,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from api import kube, names
-from api.draclient import DraApi, ResourceApiError
+from api.draclient import ResourceApiError, discover
 from controller.caches import Caches
 from controller.config import ControllerConfig
 from controller.events import EventRecorder
@@ -83,7 +83,7 @@ class ControllerApp:
         cfg = self.config
         self.queue = KeyedQueue(self._reconcile, workers=cfg.workers, base_delay=0.2,
                                 max_delay=30.0, on_result=self._observe, name="computedomains")
-        dra = await kube.call_retrying(DraApi.discover, self.api, cfg.resource_api_version)
+        dra = await discover(self.api, cfg.resource_api_version)
         log.info("speaking %s", dra.api_version)
         self.caches = Caches(self.api, dra, driver_managed=not cfg.host_managed,
                              cliques=cfg.cliques, enqueue=self.queue.add)

@@ -47,7 +47,7 @@ from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
 from api import featuregates, kube, names
-from api.draclient import DraApi, ResourceApiError
+from api.draclient import DraApi, ResourceApiError, discover
 from api.events import EventRecorder
 from api.version import version_line
 from cdi.atomic import make_dirs
@@ -115,8 +115,7 @@ class PluginApp:
         if self._api is None:
             self._api = kube.api_client(cfg.kubeconfig)
         try:
-            dra = await kube.call_retrying(DraApi.discover, self._api,
-                                           cfg.resource_api_version)
+            dra = await discover(self._api, cfg.resource_api_version)
         except ResourceApiError as err:
             raise StartupError(str(err)) from None
         self.dra = dra

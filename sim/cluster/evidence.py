@@ -24,7 +24,7 @@ from typing import Any, Final
 from kubernetes import client
 
 from api import names
-from api.draclient import DraApi
+from api.draclient import discover
 from api.kube import call
 
 Obj = dict[str, Any]
@@ -88,7 +88,7 @@ class Snapshot:
     @classmethod
     async def take(cls, api: client.ApiClient, driver_namespace: str) -> Snapshot:
         custom = client.CustomObjectsApi(api)
-        dra = await call(DraApi.discover, api)
+        dra = await discover(api)
         core = client.CoreV1Api(api)
 
         async def items(fn: Any, *args: Any) -> list[Obj]:

@@ -4,6 +4,7 @@ sent to a beta endpoint, watches, kubectl, and the driver's client (api/draclien
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -14,7 +15,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from api.draclient import DraApi
+from api.draclient import DraApi, discover
 from sim.apiserver.runner import ServerThread
 
 GROUP = "resource.k8s.io"
@@ -51,7 +52,7 @@ def test_discovery_lists_only_the_served_versions(server: ServerThread, listed) 
     api, custom = served(server)
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
     assert sorted(v.version for v in groups[GROUP].versions) == sorted(listed)
-    assert DraApi.discover(api).version == listed[0]
+    assert asyncio.run(discover(api)).version == listed[0]
     if "v1" not in listed:
         with pytest.raises(ApiException) as err:
             custom.list_cluster_custom_object(GROUP, "v1", "resourceslices")

@@ -5,6 +5,7 @@ choice (api/draclient.py), against objects shaped as the upstream API types defi
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from api import draconvert
 from api.cli import parse_resource_api_version
-from api.draclient import ResourceApiError, pick_version
+from api.draclient import ResourceApiError, discover, pick_version
 
 V1BETA1_SLICE = {
     "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceSlice",
@@ -161,3 +162,11 @@ def test_a_bad_resource_api_version_flag_names_the_valid_ones(text: str) -> None
     assert ("is not one of resource.k8s.io/v1, resource.k8s.io/v1beta2, "
             "resource.k8s.io/v1beta1") in str(err.value)
     assert parse_resource_api_version(" ") == ""
+
+
+def test_discovery_is_asked_again_while_a_restarted_server_lists_no_dra_yet() -> None:
+    answers = iter([[], [], ["v1beta1"]])
+    dra = asyncio.run(discover(None, within=30, served=lambda _api: next(answers)))  # type: ignore[arg-type]
+    assert dra.version == "v1beta1"
+    with pytest.raises(ResourceApiError, match="serves no resource"):
+        asyncio.run(discover(None, within=0.2, served=lambda _api: []))  # type: ignore[arg-type]
