@@ -158,14 +158,16 @@ class DraApi:
                                                          **kwargs)
 
     def replace(self, plural: str, name: str, namespace: str, body: Obj, **kwargs: Any) -> Obj:
-        wire = self._out(plural, body)
-        obj = self._custom.replace_namespaced_custom_object(
-            GROUP, self.version, namespace, plural, name, wire, **kwargs)
-        return self._in(plural, obj)
+        return self._replace(self._custom.replace_namespaced_custom_object, plural, name,
+                             namespace, body, **kwargs)
 
     def replace_status(self, plural: str, name: str, namespace: str, body: Obj,
                        **kwargs: Any) -> Obj:
-        wire = self._out(plural, body)
-        obj = self._custom.replace_namespaced_custom_object_status(
-            GROUP, self.version, namespace, plural, name, wire, **kwargs)
+        return self._replace(self._custom.replace_namespaced_custom_object_status, plural,
+                             name, namespace, body, **kwargs)
+
+    def _replace(self, put: Callable[..., Any], plural: str, name: str, namespace: str,
+                 body: Obj, **kwargs: Any) -> Obj:
+        obj = put(GROUP, self.version, namespace, plural, name, self._out(plural, body),
+                  **kwargs)
         return self._in(plural, obj)

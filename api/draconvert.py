@@ -13,6 +13,7 @@ Everything else (claim status and allocation, DeviceClass, slice pools) is the s
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any, Final
 
 Obj = dict[str, Any]
@@ -41,31 +42,29 @@ def check_version(version: str) -> str:
 
 def to_v1(obj: Obj, kind: str, version: str) -> Obj:
     """`obj` of `kind` as served in `version`, in v1 shape (a copy; v1 returns it as is)."""
-    if version == "v1":
-        return obj
-    out = copy.deepcopy(obj)
-    if "apiVersion" in out:
-        out["apiVersion"] = api_version("v1")
-    if version == "v1beta1":
-        _devices(out, kind, _inline_basic)
-        _requests(out, kind, _wrap_exactly)
-    return out
+    return _convert(obj, kind, version, "v1", _inline_basic, _wrap_exactly)
 
 
 def from_v1(obj: Obj, kind: str, version: str) -> Obj:
     """A v1-shaped `obj` of `kind` as `version` serves it (a copy; v1 returns it as is)."""
+    return _convert(obj, kind, version, version, _nest_basic, _unwrap_exactly)
+
+
+def _convert(obj: Obj, kind: str, version: str, target: str,
+             device: Callable[[Obj], Obj], request: Callable[[Obj], Obj]) -> Obj:
+    """The copy in `target`'s apiVersion; only v1beta1 differs in shape."""
     if version == "v1":
         return obj
     out = copy.deepcopy(obj)
     if "apiVersion" in out:
-        out["apiVersion"] = api_version(version)
+        out["apiVersion"] = api_version(target)
     if version == "v1beta1":
-        _devices(out, kind, _nest_basic)
-        _requests(out, kind, _unwrap_exactly)
+        _devices(out, kind, device)
+        _requests(out, kind, request)
     return out
 
 
-def _devices(obj: Obj, kind: str, convert: Any) -> None:
+def _devices(obj: Obj, kind: str, convert: Callable[[Obj], Obj]) -> None:
     if kind != "ResourceSlice":
         return
     spec = obj.get("spec")
@@ -87,7 +86,7 @@ def _nest_basic(device: Obj) -> Obj:
     return out
 
 
-def _requests(obj: Obj, kind: str, convert: Any) -> None:
+def _requests(obj: Obj, kind: str, convert: Callable[[Obj], Obj]) -> None:
     if kind == "ResourceClaim":
         spec = obj.get("spec")
     elif kind == "ResourceClaimTemplate":

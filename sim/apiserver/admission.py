@@ -70,10 +70,6 @@ class Admission:
             field_validation=opts.field_validation)
         if opts.field_validation == "Warn":
             opts.warnings += warnings
-        if "apiVersion" not in body:
-            stripped.pop("apiVersion", None)
-        if "kind" not in body:
-            stripped.pop("kind", None)
         return versions.to_storage(info, stripped)
 
     def admit(self, info: ResourceInfo, new: Obj, old: Obj | None, opts: AdmitOptions) -> Obj:

@@ -116,7 +116,9 @@ def list_response(request: web.Request, t: Target, store: Store) -> web.Response
             "kind": t.info.list_kind,
             "apiVersion": t.info.api_version,
             "metadata": list_meta,
-            "items": [versions.from_storage(t.info, o) for o in page],
+            "items": [versions.from_storage(t.info, o) for o in page]
+            if versions.converted(t.info)
+            else page,
         }
     )
 
