@@ -72,6 +72,10 @@ def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> 
     env_option(run, "--poll-interval", env="IMEX_POLL_INTERVAL", type=parse_duration,
                default=1.0, help="how often to ask nvidia-imex-ctl -q for the state",
                environ=environ)
+    env_option(run, "--reload-interval", env="IMEX_RELOAD_INTERVAL", type=parse_duration,
+               default=5.0, help="at most one SIGUSR1 (re-read the hosts file) to nvidia-imex "
+               "per this long; peer changes in between are folded into one",
+               environ=environ)
     env_option(run, "--not-ready-event-after", env="IMEX_NOT_READY_EVENT_AFTER",
                type=parse_duration, default=60.0,
                help="record an IMEXDaemonNotReady Warning Event on this pod once nvidia-imex "
@@ -139,7 +143,8 @@ async def run_daemon(
                 dns_names=gates.enabled(IMEX_DAEMONS_WITH_DNS_NAMES),
                 cliques=gates.enabled(COMPUTE_DOMAIN_CLIQUES), paths=paths,
                 poll_interval=args.poll_interval, launcher=launcher, ctl_runner=ctl_runner,
-                imex_env=env, not_ready_event_after=args.not_ready_event_after)
+                imex_env=env, not_ready_event_after=args.not_ready_event_after,
+                reload_interval=args.reload_interval)
             return await supervisor.run(stop)
         finally:
             api.close()

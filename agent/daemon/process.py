@@ -35,6 +35,8 @@ from typing import Protocol
 
 import psutil
 
+from api.logsetup import vlog
+
 log = logging.getLogger(__name__)
 
 # A line longer than this is forwarded in pieces rather than breaking the reader.
@@ -151,6 +153,8 @@ class _Child:
     readers: list[asyncio.Task[None]] = field(default_factory=list)
     watcher: asyncio.Task[None] | None = None
     stopping: bool = False  # we asked it to exit: its exit is not a crash
+    last_reload: float | None = None  # loop time of the last SIGUSR1 sent to it
+    reload_later: asyncio.Task[None] | None = None  # the one deferred SIGUSR1, if any
 
     @property
     def pid(self) -> int:
@@ -177,10 +181,12 @@ class ImexProcess:
         rng: random.Random | None = None,
         launcher: ImexLauncher | None = None,
         on_crash: Callable[[int, float, int, float], None] | None = None,
+        reload_interval: float = 5.0,
     ) -> None:
         """`on_crash(code, ran, restart, delay)` is called when the child exits although
         nobody asked it to: its exit status, how long it ran, the number of the restart now
-        scheduled and its delay. It must not block; an exception from it is only logged."""
+        scheduled and its delay. It must not block; an exception from it is only logged.
+        `reload_interval`: at most one SIGUSR1 per this many seconds (signal_reload)."""
         if not command:
             raise ValueError("command must not be empty")
         self.command = list(command)
@@ -201,6 +207,9 @@ class ImexProcess:
         self.restarts = 0
         self.last_exit: int | None = None
         self.last_delay: float | None = None
+        self.reload_interval = reload_interval
+        self.reloads_sent = 0  # SIGUSR1s delivered
+        self.reloads_coalesced = 0  # requests folded into a pending or recent SIGUSR1
 
     # --- state ----------------------------------------------------------------------------
 
@@ -248,19 +257,45 @@ class ImexProcess:
             await self._spawn()
 
     async def signal_reload(self) -> bool:
-        """Send SIGUSR1 (re-read hosts, reconnect peers); False if no child runs.
+        """Have the child re-read the hosts file and reconnect its peers (SIGUSR1); False if
+        no child runs.
 
-        Errors are only logged, as in the reference: a missed reload is not fatal.
+        At most one SIGUSR1 per `reload_interval`: nvidia-imex acts on at most one reload
+        per interval, so a burst of peer changes (many daemons joining at once) costs one
+        signal now and one at the end of the interval that covers everything after it,
+        instead of one per peer. Errors are only logged, as in the reference: a missed
+        reload is not fatal.
         """
         child = self._child
         if child is None or not self.running:
             log.info("Not sending SIGUSR1: %s is not running", self.log_prefix)
             return False
+        if child.reload_later is not None and not child.reload_later.done():
+            self.reloads_coalesced += 1
+            return True
+        loop = asyncio.get_running_loop()
+        wait = (0.0 if child.last_reload is None
+                else child.last_reload + self.reload_interval - loop.time())
+        if wait > 0:
+            self.reloads_coalesced += 1
+            vlog(log, 4, "SIGUSR1 to pid %d deferred by %.1fs", child.pid, wait)
+            child.reload_later = loop.create_task(self._reload_later(child, wait))
+            return True
+        return self._send_reload(child)
+
+    async def _reload_later(self, child: _Child, wait: float) -> None:
+        await asyncio.sleep(wait)
+        if self._child is child and self.running and not child.stopping:
+            self._send_reload(child)
+
+    def _send_reload(self, child: _Child) -> bool:
+        child.last_reload = asyncio.get_running_loop().time()
         try:
             child.proc.send_signal(signal.SIGUSR1)
         except ProcessLookupError:
             log.warning("SIGUSR1 to pid %d failed: process is gone", child.pid)
             return False
+        self.reloads_sent += 1
         log.info("Sent SIGUSR1 to %s pid %d", self.log_prefix, child.pid)
         return True
 
@@ -376,6 +411,9 @@ class ImexProcess:
         if child is None:
             return
         child.stopping = True
+        if child.reload_later is not None:
+            child.reload_later.cancel()
+            await asyncio.gather(child.reload_later, return_exceptions=True)
         if child.proc.returncode is None:
             log.info("Stop: send SIGTERM to pid %d", child.pid)
             with contextlib.suppress(ProcessLookupError):

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TextIO, TypeAlias
 
+from api.logsetup import vlog
+
 log = logging.getLogger(__name__)
 
 READY = "READY"
@@ -101,11 +103,19 @@ async def query_state(
 
 
 class ReadinessPoller:
-    """Polls the IMEX state and reports changes of readiness.
+    """Polls the IMEX state and reports changes of readiness, with hysteresis.
 
-    `on_change(ready, state)` is awaited for the first observation and then only when
-    readiness flips. If it raises, the change is not recorded, so it is retried on the next
-    poll (e.g. the clique entry is not there yet).
+    READY is reported at once. Once READY was reported, NotReady is reported only after
+    `failures_to_not_ready` consecutive polls that were not READY, or at once after
+    `mark_down()` (the supervisor knows IMEX exited or is restarting). One slow or failed
+    `nvidia-imex-ctl -q` on a loaded node therefore flips nothing: each flip is a write to
+    the clique that every peer watches, and a NotReady entry holds back every Prepare
+    waiting on it.
+
+    `on_change(ready, state)` is awaited for the first observation and then only when the
+    reported readiness flips. If it raises, the change is not recorded, so it is retried on
+    the next poll (e.g. the clique entry is not there yet). `on_poll(ready, state)`, if
+    given, is called after every poll with the readiness as reported (after hysteresis).
     """
 
     def __init__(
@@ -113,35 +123,66 @@ class ReadinessPoller:
         query: Callable[[], Awaitable[str]],
         on_change: Callable[[bool, str], Awaitable[None]],
         interval: float = 1.0,
+        *,
+        failures_to_not_ready: int = 3,
+        on_poll: Callable[[bool, str], None] | None = None,
     ) -> None:
+        if failures_to_not_ready < 1:
+            raise ValueError("failures_to_not_ready must be at least 1")
         self.query = query
         self.on_change = on_change
+        self.on_poll = on_poll
         self.interval = interval
+        self.failures_to_not_ready = failures_to_not_ready
         self.ready: bool | None = None  # None until the first report went through
         self.state = ""
+        self.failures = 0  # consecutive polls that were not READY
+        self._down = False
         self._wake = asyncio.Event()
 
     def poke(self) -> None:
         """Poll now instead of at the end of the interval (e.g. after a restart)."""
         self._wake.set()
 
+    def mark_down(self) -> None:
+        """IMEX is known to be down (it exited, or is being restarted): the next poll that
+        is not READY reports NotReady without waiting for more failures."""
+        self._down = True
+        self.poke()
+
+    def _reported(self, observed_ready: bool) -> bool:
+        """The readiness to report for this observation."""
+        if observed_ready:
+            self.failures = 0
+            self._down = False
+            return True
+        self.failures += 1
+        # Still within the hysteresis window: keep reporting READY.
+        return self.ready is True and not self._down and self.failures < self.failures_to_not_ready
+
     async def poll_once(self) -> bool:
-        """One query; report it if readiness changed. Returns the current readiness."""
+        """One query; report it if readiness changed. Returns the reported readiness."""
         try:
             state = await self.query()
         except Exception as err:
             log.warning("IMEX state query failed: %s", err)
             state = UNAVAILABLE
         self.state = state
-        ready = is_ready(state)
+        ready = self._reported(is_ready(state))
         if ready != self.ready:
             try:
                 await self.on_change(ready, state)
             except Exception:
                 log.exception("Reporting IMEX readiness %s (%s) failed; will retry", ready, state)
+                if self.on_poll is not None:
+                    self.on_poll(bool(self.ready), state)
                 return ready
             log.info("IMEX daemon is %s (%s)", "ready" if ready else "not ready", state)
             self.ready = ready
+        elif not ready or self.failures:
+            vlog(log, 4, "IMEX state %s (%d consecutive not READY)", state, self.failures)
+        if self.on_poll is not None:
+            self.on_poll(ready, state)
         return ready
 
     async def run(self) -> None:

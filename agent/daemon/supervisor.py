@@ -10,7 +10,8 @@ later, inside the node agent. The flow (reference daemon.md, with our fixes):
 4. join the clique (stable index), then follow it: each change rewrites the hosts file;
    IMEX is started once our entry exists, gets SIGUSR1 only when peers changed, and is
    restarted when our own index changed (IMEX reads its identity only at start);
-5. poll `nvidia-imex-ctl -q` and flip our clique entry Ready / NotReady at once;
+5. poll `nvidia-imex-ctl -q` and flip our clique entry Ready at once, NotReady after
+   consecutive failed polls or at once when IMEX exited (readiness.py ReadinessPoller);
    an unexpected exit of IMEX, and IMEX not READY longer than `not_ready_event_after`, are
    Warning Events on our own pod (`kubectl describe pod`), rate-limited (events.py);
 6. on stop: stop IMEX (SIGTERM, then SIGKILL), leave the clique.
@@ -88,6 +89,7 @@ class ImexSupervisor:
         imex_env: Mapping[str, str] | None = None,
         not_ready_event_after: float = 60.0,
         events: PodEvents | None = None,
+        reload_interval: float = 5.0,
     ) -> None:
         """`not_ready_event_after`: seconds IMEX may stay not READY before an
         IMEXDaemonNotReady Event (0: never); `events` writes them (None: on our pod
@@ -110,6 +112,7 @@ class ImexSupervisor:
             grace=imex_grace,
             launcher=launcher,
             on_crash=self._on_crash,
+            reload_interval=reload_interval,
         )
         self.membership: CliqueMembership | LegacyMembership | None = None
         self.index: int | None = None
@@ -158,6 +161,7 @@ class ImexSupervisor:
             self._query_state,
             self._report_readiness,
             interval=self._poll_interval,
+            on_poll=self._after_poll,
         )
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -262,6 +266,8 @@ class ImexSupervisor:
                 "own index changed to %d: restarting IMEX (it reads its identity only at start)",
                 own_index,
             )
+            if self._poller is not None:
+                self._poller.mark_down()
             await self.imex.restart()
             return
         fresh = await self.imex.ensure_started()
@@ -287,18 +293,23 @@ class ImexSupervisor:
     # --- telling the admin why (Events on our pod) -------------------------------------
 
     async def _query_state(self) -> str:
-        state = await query_state(
+        return await query_state(
             self.paths.imex_ctl_binary, str(self.paths.config), runner=self._ctl_runner
         )
-        self._check_not_ready(state, time.monotonic())
-        return state
 
-    def _check_not_ready(self, state: str, now: float) -> None:
+    def _after_poll(self, ready: bool, state: str) -> None:
+        self._check_not_ready(ready, state, time.monotonic())
+
+    def _check_not_ready(self, ready: bool, state: str, now: float) -> None:
         """IMEXDaemonNotReady once the running child has not been READY for longer than
-        the threshold (since it started, or since it was last READY). A child that is not
+        the threshold (since it started, or since it was last READY). `ready` is the
+        readiness as reported after hysteresis: a poll that failed within the hysteresis
+        window (a slow answer on a loaded node) is no reason to warn. A child that is not
         running is the crash Event's business."""
         if is_ready(state):
             self._ready_at = now
+            return
+        if ready:
             return
         started = self.imex.started_at
         if started is None or self._not_ready_after <= 0:
@@ -311,6 +322,8 @@ class ImexSupervisor:
             )
 
     def _on_crash(self, code: int, ran: float, restart: int, delay: float) -> None:
+        if self._poller is not None:
+            self._poller.mark_down()
         self.events.warning(REASON_EXITED, exited_message(code, ran, restart, delay))
 
 

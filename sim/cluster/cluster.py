@@ -430,6 +430,7 @@ class SimCluster:
             "FAKE_IMEX_STATE_FILE": "{pod_dir}/imex-state.json",
             "FAKE_IMEX_HEARTBEAT": "0.2" if small else "2",
             "FAKE_IMEX_RELOAD_INTERVAL": "0.2",
+            "IMEX_RELOAD_INTERVAL": "0.2",
             "FAKE_IMEX_START_DELAY": str(self.spec.imex_start_delay),
             "IMEX_POLL_INTERVAL": "0.2" if small else "",
         }

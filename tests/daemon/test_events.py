@@ -151,23 +151,26 @@ def test_not_ready_event_after_the_threshold_since_start_or_last_ready():
     sup = ImexSupervisor(IDENTITY, None, events=fake_events,  # type: ignore[arg-type]
                          not_ready_event_after=3.0)
     sup.imex = SimpleNamespace(started_at=100.0)  # type: ignore[assignment]
-    sup._check_not_ready("INIT_GPU", 102.0)
+    sup._check_not_ready(False, "INIT_GPU", 102.0)
     assert recorded == []
-    sup._check_not_ready("INIT_GPU", 104.0)
+    sup._check_not_ready(False, "INIT_GPU", 104.0)
     assert recorded == [(REASON_NOT_READY,
                          "nvidia-imex is INIT_GPU, not READY, 4s after it started")]
     recorded.clear()
-    sup._check_not_ready("READY", 110.0)
-    sup._check_not_ready("UNAVAILABLE", 112.0)
+    sup._check_not_ready(True, "READY", 110.0)
+    sup._check_not_ready(False, "UNAVAILABLE", 112.0)
     assert recorded == []
-    sup._check_not_ready("UNAVAILABLE", 113.5)
+    # A failed poll the hysteresis still reports as ready warns of nothing, however late.
+    sup._check_not_ready(True, "UNAVAILABLE", 113.5)
+    assert recorded == []
+    sup._check_not_ready(False, "UNAVAILABLE", 113.5)
     assert recorded == [(REASON_NOT_READY,
                          "nvidia-imex is UNAVAILABLE, not READY for 4s (it was READY before)")]
     recorded.clear()
     sup.imex = SimpleNamespace(started_at=None)  # type: ignore[assignment]
-    sup._check_not_ready("UNAVAILABLE", 200.0)  # not running: the exit Event's business
+    sup._check_not_ready(False, "UNAVAILABLE", 200.0)  # not running: the exit Event's business
     disabled = ImexSupervisor(IDENTITY, None, events=fake_events,  # type: ignore[arg-type]
                               not_ready_event_after=0)
     disabled.imex = SimpleNamespace(started_at=0.0)  # type: ignore[assignment]
-    disabled._check_not_ready("INIT_GPU", 1000.0)
+    disabled._check_not_ready(False, "INIT_GPU", 1000.0)
     assert recorded == []

@@ -9,6 +9,7 @@ import logging
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -327,3 +328,56 @@ def test_missing_binary_is_a_start_error(tmp_path):
         run(imex.ensure_started())
     assert not imex.running
     run(imex.stop())  # still fine
+
+
+def test_reloads_are_coalesced_to_one_per_interval():
+    """A burst of peer changes costs one SIGUSR1 now and one at the end of the interval;
+    a stop cancels the deferred one."""
+    sent: list[int] = []
+
+    class Child:
+        stdout = stderr = None
+        pid = 4242
+        returncode: int | None = None
+
+        def __init__(self) -> None:
+            self._exited = asyncio.Event()
+
+        async def wait(self) -> int:
+            await self._exited.wait()
+            return 0
+
+        def send_signal(self, sig: int) -> None:
+            sent.append(sig)
+            if sig == signal.SIGTERM:
+                self.returncode = 0
+                self._exited.set()
+
+        def kill_group(self) -> None:
+            self.send_signal(signal.SIGTERM)
+
+    class Launcher:
+        async def spawn(self, command, env, limit):
+            return Child()
+
+        async def kill_stray(self, binary_name, *, ports, addresses):
+            return []
+
+    imex = ImexProcess(["nvidia-imex"], launcher=Launcher(), reload_interval=0.3)
+
+    async def scenario() -> None:
+        await imex.ensure_started()
+        for _ in range(5):
+            assert await imex.signal_reload() is True
+        assert sent == [signal.SIGUSR1]
+        await eventually(lambda: len(sent) == 2, what="the deferred SIGUSR1")
+        assert sent == [signal.SIGUSR1, signal.SIGUSR1]
+        assert (imex.reloads_sent, imex.reloads_coalesced) == (2, 4)
+        assert await imex.signal_reload() is True  # within the interval again: deferred
+        deferred = imex._child.reload_later if imex._child else None
+        assert deferred is not None and not deferred.done()
+        await imex.stop()
+        assert deferred.cancelled()  # the stopped child gets no late SIGUSR1
+        assert sent == [signal.SIGUSR1, signal.SIGUSR1, signal.SIGTERM]
+
+    run(scenario())

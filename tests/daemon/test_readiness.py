@@ -199,7 +199,7 @@ def test_poller_retries_a_failed_report_and_survives_query_errors():
             raise RuntimeError("daemon info not yet listed")
 
     async def scenario() -> list[bool]:
-        poller = ReadinessPoller(query, on_change, interval=0)
+        poller = ReadinessPoller(query, on_change, interval=0, failures_to_not_ready=1)
         return [await poller.poll_once() for _ in range(5)]
 
     assert run(scenario()) == [False, True, True, False, True]
@@ -210,3 +210,45 @@ def test_poller_retries_a_failed_report_and_survives_query_errors():
         (False, "UNAVAILABLE"),
         (True, "READY"),
     ]
+
+
+def test_poller_hysteresis_holds_ready_through_isolated_failures():
+    """READY at once; NotReady only after three polls in a row were not READY, and at once
+    after mark_down() (IMEX exited)."""
+    answers = iter(["INITIALIZING", "READY", "UNAVAILABLE", "READY", "UNAVAILABLE",
+                    "UNAVAILABLE", "READY", "UNAVAILABLE", "UNAVAILABLE", "UNAVAILABLE",
+                    "READY", "SHUTTING_DOWN", "READY"])
+    calls: list[tuple[bool, str]] = []
+    polled: list[bool] = []
+
+    async def query() -> str:
+        return next(answers)
+
+    async def on_change(ready: bool, state: str) -> None:
+        calls.append((ready, state))
+
+    async def scenario() -> list[bool]:
+        poller = ReadinessPoller(query, on_change, interval=0,
+                                 on_poll=lambda r, s: polled.append(r))
+        out = [await poller.poll_once() for _ in range(11)]
+        poller.mark_down()
+        out += [await poller.poll_once() for _ in range(2)]
+        return out
+
+    reported = run(scenario())
+    assert reported == [False, True, True, True, True, True, True, True, True, False,
+                        True, False, True]
+    assert polled == reported
+    assert calls == [(False, "INITIALIZING"), (True, "READY"), (False, "UNAVAILABLE"),
+                     (True, "READY"), (False, "SHUTTING_DOWN"), (True, "READY")]
+
+
+def test_poller_refuses_a_threshold_below_one():
+    async def query() -> str:
+        return "READY"
+
+    async def on_change(ready: bool, state: str) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="at least 1"):
+        ReadinessPoller(query, on_change, failures_to_not_ready=0)
