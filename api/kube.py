@@ -15,6 +15,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -37,6 +38,10 @@ def api_client(kubeconfig: str) -> client.ApiClient:
 async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
+
+# A watch lasts this long times a random factor in [1, 2) before the server ends it (and
+# it resumes from the last resourceVersion).
+WATCH_TIMEOUT_S = 30
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -87,8 +92,9 @@ def error_text(err: Exception) -> str:
 class Informer:
     """A list+watch cache of one custom resource, kept on the event loop.
 
-    A worker thread lists, then watches from the list's resourceVersion, and re-lists on
-    410 Gone or any error (with jittered backoff). Waiters block on `wait_for(predicate)`,
+    A worker thread lists, then watches from the list's resourceVersion, resumes from the
+    last seen resourceVersion when a watch times out, and re-lists only on 410 Gone or an
+    error (with jittered backoff). Waiters block on `wait_for(predicate)`,
     which wakes on every change: readiness is event-driven, not polled.
     """
 
@@ -186,26 +192,24 @@ class Informer:
 
     def _run(self) -> None:
         delay = 0.2
+        rv: str | None = None  # where the next watch resumes; None: list first
         while not self._done():
             try:
-                listing = self._to_dict(self._list_fn(**self._kwargs, _request_timeout=30))
-                self._post(self._replace, [self._convert(self._to_dict(o))
-                                           for o in listing.get("items") or []])
-                rv = listing["metadata"]["resourceVersion"]
-                # Raw JSON events: the client's model lookup by docstring fails for some
-                # kinds (ResourceClaim is `ResourceV1ResourceClaim`), and we want dicts anyway.
-                stream = watch.Watch(return_type="object")
-                for event in stream.stream(self._list_fn, **self._kwargs, resource_version=rv,
-                                           timeout_seconds=30, allow_watch_bookmarks=True,
-                                           _request_timeout=60):
-                    if self._done():
-                        stream.stop()
-                        break
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self._post(self._apply, event["type"],
-                                   self._convert(self._to_dict(event["object"])))
-                delay = 0.2
+                if rv is None:
+                    listing = self._to_dict(self._list_fn(**self._kwargs, _request_timeout=30))
+                    self._post(self._replace, [self._convert(self._to_dict(o))
+                                               for o in listing.get("items") or []])
+                    rv = str(listing["metadata"]["resourceVersion"])
+                started = time.monotonic()
+                rv = self._watch_from(rv)
+                if time.monotonic() - started < 1.0:
+                    # Ended at once (a server closing watches, a proxy): not a hot loop.
+                    self._stop.wait(delay * self._rng.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 10.0)
+                else:
+                    delay = 0.2
             except ApiException as err:
+                rv = None
                 if self._done():
                     return
                 if err.status != 410:
@@ -214,8 +218,33 @@ class Informer:
                     self._stop.wait(delay * self._rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 10.0)
             except Exception as err:
+                rv = None
                 if self._done():
                     return
                 log.warning("%s watch failed (%s); re-listing", self.name, err)
                 self._stop.wait(delay * self._rng.uniform(0.5, 1.5))
                 delay = min(delay * 2, 10.0)
+
+    def _watch_from(self, rv: str) -> str:
+        """Watch from `rv` until the server ends the watch; the resourceVersion to resume
+        from (the last event's or bookmark's). A watch that timed out resumes there
+        instead of listing again, as client-go's reflector does: a re-list costs the
+        whole collection, a resumed watch nothing. The timeout is jittered so that
+        components started together do not come back in step. 410 Gone (the version was
+        compacted away) raises, and the caller lists again."""
+        timeout = int(WATCH_TIMEOUT_S * self._rng.uniform(1.0, 2.0))
+        # Raw JSON events: the client's model lookup by docstring fails for some
+        # kinds (ResourceClaim is `ResourceV1ResourceClaim`), and we want dicts anyway.
+        stream = watch.Watch(return_type="object")
+        for event in stream.stream(self._list_fn, **self._kwargs, resource_version=rv,
+                                   timeout_seconds=timeout, allow_watch_bookmarks=True,
+                                   _request_timeout=timeout + 30):
+            if self._done():
+                stream.stop()
+                break
+            obj = event["object"]
+            if isinstance(obj, dict):
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                self._post(self._apply, event["type"], self._convert(self._to_dict(obj)))
+        return rv
