@@ -128,9 +128,9 @@ class PluginApp:
             await self.cluster.wait_synced(60)
         except TimeoutError:
             raise StartupError(
-                "could not list ComputeDomains within 60s: check --kubeconfig / the API "
-                "server address and that the CRDs are installed (kubectl get crd "
-                "computedomains.resource.nvidia.com)") from None
+                "could not watch this Node and list ComputeDomains within 60s: check "
+                "--kubeconfig / the API server address and that the CRDs are installed "
+                "(kubectl get crd computedomains.resource.nvidia.com)") from None
         if cfg.gpu_clique_label and self.clique.value:
             await self.cluster.node.set_clique_label(self.clique.value)
         settings = DriverSettings(
@@ -149,14 +149,16 @@ class PluginApp:
         self.driver = Driver(settings, self.cluster, edits, store, checkpoint, lock,
                              self.metrics, self.events)
         driver, clique = self.driver, self.clique
+        domains = self.cluster.domains
         assert clique is not None
         self.labels = NodeLabelKeeper(
             self.cluster.node, self.cluster.node_object, cfg.node_name, lock.held,
-            lambda: driver.checkpoint, self.cluster.domain_live, host_managed=cfg.host_managed,
+            lambda: driver.checkpoint, domains.maybe_live, refresh_live=domains.refresh,
+            host_managed=cfg.host_managed,
             clique_id=(lambda: clique.value) if cfg.gpu_clique_label else None)
         self.maintenance = Maintenance(
             self.driver, self.cluster.node.claim_exists,
-            lambda uid: uid in self.cluster.cds.items, cfg.domains_dir)
+            lambda uid: domains.get(uid) is not None, cfg.domains_dir, domains.refresh)
         await self.maintenance.run_once()
         self.servers = KubeletServers(self.driver, cfg.dra_socket, cfg.registration_socket)
         await self.servers.start()

@@ -1,27 +1,32 @@
-"""The driver's view of the cluster: ComputeDomains, cliques and this Node from watches,
-node writes.
+"""The driver's view of the cluster: this node's ComputeDomains, their cliques and this Node
+from watches, node writes.
 
-Readiness of this node's IMEX daemon is read from the watched clique (or, with the
-cliques gate off, from the ComputeDomain's status), and a waiting Prepare wakes on the
-watch event that flips it to Ready: no polling, no kubelet retry round trip.
+Each agent watches only what concerns its own node: the Node itself, and, while a claim of
+a domain waits or is prepared here, that domain's one clique `<cdUID>.<cliqueID>` (or, with
+the cliques gate off or on a node without clique, the ComputeDomain itself), each by a
+field selector on its name. The domains themselves are looked up when a claim names them
+(domains.py). An agent that watched every ComputeDomain and every clique received every
+peer's write of every domain: its cost grew with the cluster, not with its node.
+
+Readiness of this node's IMEX daemon is read from the watched clique, and a waiting
+Prepare wakes on the watch event that flips it to Ready: no polling, no kubelet retry round
+trip.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from kubernetes import client
 
+from agent.plugin.domains import DomainDirectory
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.nodeops import NodeOps
 from api import names
 from api.draclient import DraApi
-from api.kube import Informer
-
-
-def _uid(obj: dict[str, Any]) -> str:
-    return obj["metadata"]["uid"]
+from api.kube import Informer, call
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -31,41 +36,112 @@ def _name(obj: dict[str, Any]) -> str:
 class ClusterView:
     def __init__(self, api: client.ApiClient, dra: DraApi, node_name: str, namespace: str, *,
                  cliques_enabled: bool) -> None:
-        loop = asyncio.get_running_loop()
-        custom = client.CustomObjectsApi(api)
+        self._loop = asyncio.get_running_loop()
+        self._custom = client.CustomObjectsApi(api)
         self.node = NodeOps(api, dra, node_name)
+        self.domains = DomainDirectory(api)
         self._node_name = node_name
         self._namespace = namespace
-        self.cds = Informer(loop, custom.list_cluster_custom_object, _uid, "computedomains",
-                            {"group": names.GROUP, "version": names.VERSION,
-                             "plural": names.PLURAL_COMPUTE_DOMAINS})
+        self._cliques_enabled = cliques_enabled
         # This node alone (field selector): the label keeper repairs on its changes.
         core = client.CoreV1Api(api)
-        self.node_object = Informer(loop, core.list_node, _name, "node",
+        self.node_object = Informer(self._loop, core.list_node, _name, "node",
                                     {"field_selector": f"metadata.name={node_name}"},
                                     to_dict=api.sanitize_for_serialization)
-        self.cliques: Informer | None = None
-        if cliques_enabled:
-            self.cliques = Informer(loop, custom.list_namespaced_custom_object, _name,
-                                    "computedomaincliques",
-                                    {"group": names.GROUP, "version": names.VERSION,
-                                     "namespace": namespace, "plural": names.PLURAL_CLIQUES})
-
-    @property
-    def informers(self) -> list[Informer]:
-        return [i for i in (self.cds, self.cliques) if i is not None]
+        # cd uid -> the watch of what tells this node's readiness in that domain.
+        self._followed: dict[str, Informer] = {}
+        self._version = 0
+        self._changed = asyncio.Event()
 
     def start(self) -> None:
-        for informer in (*self.informers, self.node_object):
-            informer.start()
+        self.node_object.start()
 
     def stop(self) -> None:
-        for informer in (*self.informers, self.node_object):
+        self.node_object.stop()
+        for informer in self._followed.values():
             informer.stop()
+        self._followed.clear()
 
     async def wait_synced(self, timeout: float) -> None:
+        """The Node watched, and ComputeDomains readable (the CRD installed, the API server
+        reachable): what a Prepare needs before it can be answered."""
         async with asyncio.timeout(timeout):
-            await asyncio.gather(*(i.synced.wait() for i in self.informers))
+            await self.node_object.synced.wait()
+            while True:
+                try:
+                    await call(self._custom.list_cluster_custom_object, names.GROUP,
+                               names.VERSION, names.PLURAL_COMPUTE_DOMAINS, limit=1,
+                               _request_timeout=10)
+                    return
+                except Exception:
+                    await asyncio.sleep(1.0)
+
+    # --- following one domain ------------------------------------------------------------
+
+    def _bump(self, _obj: dict[str, Any] | None = None) -> None:
+        self._version += 1
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def follow(self, cd_uid: str, clique_id: str, timeout: float = 10.0) -> None:
+        """Watch what tells this node's readiness in `cd_uid` (once; later calls return at
+        once), and wait until that watch has listed (or `timeout`: the wait for readiness
+        then proceeds on what is there and wakes on the watch's first events)."""
+        informer = self._followed.get(cd_uid)
+        if informer is None:
+            if self._cliques_enabled and clique_id:
+                name = names.clique_object_name(cd_uid, clique_id)
+                informer = Informer(
+                    self._loop, self._custom.list_namespaced_custom_object, _name,
+                    f"clique-{name}",
+                    {"group": names.GROUP, "version": names.VERSION,
+                     "namespace": self._namespace, "plural": names.PLURAL_CLIQUES,
+                     "field_selector": f"metadata.name={name}"},
+                    on_change=self._bump)
+            else:  # the cliques gate off, or a node without clique: the domain's status
+                cd = self.domains.get(cd_uid)
+                if cd is None:
+                    return
+                md = cd["metadata"]
+                informer = Informer(
+                    self._loop, self._custom.list_namespaced_custom_object, _name,
+                    f"computedomain-{md.get('name')}",
+                    {"group": names.GROUP, "version": names.VERSION,
+                     "namespace": md.get("namespace", ""),
+                     "plural": names.PLURAL_COMPUTE_DOMAINS,
+                     "field_selector": f"metadata.name={md.get('name')}"},
+                    on_change=self._bump)
+            self._followed[cd_uid] = informer
+            informer.start()
+        if not informer.synced.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await informer.synced.wait()
+            self._bump()
+
+    def unfollow(self, cd_uid: str) -> None:
+        informer = self._followed.pop(cd_uid, None)
+        if informer is not None:
+            informer.stop()
+
+    @property
+    def followed(self) -> list[str]:
+        return list(self._followed)
+
+    def _clique(self, cd_uid: str, clique_id: str) -> dict[str, Any] | None:
+        informer = self._followed.get(cd_uid)
+        if informer is None or not clique_id:
+            return None
+        return informer.items.get(names.clique_object_name(cd_uid, clique_id))
+
+    def _status_nodes(self, cd_uid: str) -> list[dict[str, Any]]:
+        informer = self._followed.get(cd_uid)
+        if informer is None:
+            return []
+        for cd in informer.items.values():
+            if (cd.get("metadata") or {}).get("uid") == cd_uid:
+                return list((cd.get("status") or {}).get("nodes") or ())
+        return []
 
     # --- the driver's Cluster protocol ---------------------------------------------------
 
@@ -79,39 +155,41 @@ class ClusterView:
         return await self.node.read_pod(namespace, name)
 
     async def add_cd_label(self, cd_uid: str) -> None:
+        """The label, unless the watched Node already carries it: a Prepare waiting for
+        readiness comes back here on every wake-up, and must not GET the Node each time."""
+        node = self.node_object.items.get(self._node_name) or {}
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if labels.get(names.LABEL_COMPUTE_DOMAIN) == cd_uid:
+            return
         await self.node.add_cd_label(cd_uid)
 
     async def remove_cd_label(self, cd_uid: str) -> None:
+        """No channel claim of the domain is left here: nor is there anything to follow."""
+        self.unfollow(cd_uid)
         await self.node.remove_cd_label(cd_uid)
 
-    def compute_domain(self, uid: str) -> dict[str, Any] | None:
-        return self.cds.items.get(uid)
+    async def compute_domain(self, uid: str, namespace: str | None = None
+                             ) -> dict[str, Any] | None:
+        return await self.domains.lookup(uid, namespace)
 
-    def domain_live(self, uid: str) -> bool:
-        """The ComputeDomain exists and is not being deleted."""
-        cd = self.cds.items.get(uid)
-        return cd is not None and not (cd.get("metadata") or {}).get("deletionTimestamp")
+    def known_domain(self, uid: str) -> dict[str, Any] | None:
+        return self.domains.get(uid)
 
     def node_ready(self, cd_uid: str, clique_id: str) -> bool:
-        if self.cliques is not None:
-            clique = self.cliques.items.get(names.clique_object_name(cd_uid, clique_id))
-            for daemon in (clique or {}).get("daemons") or ():
-                if daemon.get("nodeName") == self._node_name:
-                    if daemon.get("status") == names.STATUS_READY:
-                        return True
-                    break
-        cd = self.cds.items.get(cd_uid) or {}
-        for node in (cd.get("status") or {}).get("nodes") or ():
+        for daemon in (self._clique(cd_uid, clique_id) or {}).get("daemons") or ():
+            if daemon.get("nodeName") == self._node_name:
+                return bool(daemon.get("status") == names.STATUS_READY)
+        for node in self._status_nodes(cd_uid):
             if node.get("name") == self._node_name:
-                return node.get("status") == names.STATUS_READY
+                return bool(node.get("status") == names.STATUS_READY)
         return False
 
     def daemon_entry(self, cd_uid: str, clique_id: str) -> str:
         """Where this node's daemon stands, for a waiting claim's message: the status of its
         clique entry (or, with the cliques gate off, of its node in the ComputeDomain
         status), or that there is none yet."""
-        if self.cliques is not None and clique_id:
-            clique = self.cliques.items.get(names.clique_object_name(cd_uid, clique_id))
+        if self._cliques_enabled and clique_id:
+            clique = self._clique(cd_uid, clique_id)
             if clique is None:
                 return f"clique {clique_id} has no entries yet"
             for daemon in clique.get("daemons") or ():
@@ -119,22 +197,24 @@ class ClusterView:
                     status = daemon.get("status") or "without status"
                     return f"its entry in clique {clique_id} is {status}"
             return f"it has no entry in clique {clique_id} yet"
-        cd = self.cds.items.get(cd_uid) or {}
-        for node in (cd.get("status") or {}).get("nodes") or ():
+        for node in self._status_nodes(cd_uid):
             if node.get("name") == self._node_name:
                 return f"its node in the ComputeDomain status is {node.get('status') or 'unset'}"
         return "it is not in the ComputeDomain status yet"
 
     def generation(self) -> tuple[int, ...]:
-        return tuple(i.version for i in self.informers)
+        return (self._version,)
 
     async def wait_for_change(self, since: tuple[int, ...], timeout: float) -> None:
-        """Return once any watched object changed after `since`, or after `timeout`."""
-        tasks = [asyncio.ensure_future(i.changed(v))
-                 for i, v in zip(self.informers, since, strict=True)]
-        try:
-            await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        """Return once any followed object changed after `since`, or after `timeout`."""
+        deadline = self._loop.time() + timeout
+        while (self._version,) == since:
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                return
+            changed = self._changed
+            try:
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
+            except TimeoutError:
+                return

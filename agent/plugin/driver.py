@@ -60,7 +60,10 @@ class Cluster(Protocol):
     async def add_cd_label(self, cd_uid: str) -> None: ...
     async def remove_cd_label(self, cd_uid: str) -> None: ...
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
-    def compute_domain(self, uid: str) -> dict[str, Any] | None: ...
+    async def compute_domain(self, uid: str, namespace: str | None = None
+                             ) -> dict[str, Any] | None: ...
+    def known_domain(self, uid: str) -> dict[str, Any] | None: ...
+    async def follow(self, cd_uid: str, clique_id: str) -> None: ...
     def node_ready(self, cd_uid: str, clique_id: str) -> bool: ...
     def daemon_entry(self, cd_uid: str, clique_id: str) -> str: ...
     def generation(self) -> tuple[int, ...]: ...
@@ -299,7 +302,7 @@ class Driver:
         self._check_overlap(ref.uid, status)
         for group in groups:
             self._check_ownership(ref.uid, group)
-            self._check_domain(ref, group)
+            await self._check_domain(ref, group)
             if not group.is_channel:
                 await check_daemon_claim(
                     ref, claim, group.config.domain_id, driver_namespace=self._s.namespace,
@@ -378,9 +381,10 @@ class Driver:
             f"why with: kubectl describe -n {ns} $(kubectl get pod -n {ns} -o name "
             f"-l {names.LABEL_COMPUTE_DOMAIN}={cd_uid} --field-selector spec.nodeName={node})")
 
-    def _check_domain(self, ref: ClaimRef, group: Group) -> None:
+    async def _check_domain(self, ref: ClaimRef, group: Group) -> None:
         uid = group.config.domain_id
-        cd = self._cluster.compute_domain(uid)
+        # A workload claim lives in its domain's namespace: look there first.
+        cd = await self._cluster.compute_domain(uid, ref.namespace if group.is_channel else None)
         if cd is None:
             raise RetryableError(f"ComputeDomain not found: {uid} (waiting for it to appear)")
         if group.is_channel and cd["metadata"].get("namespace") != ref.namespace:
@@ -411,6 +415,7 @@ class Driver:
                     edits = self._edits.channel_edits([device.id])
             else:
                 await self._cluster.add_cd_label(cd_uid)
+                await self._cluster.follow(cd_uid, clique)
                 since = self._cluster.generation()
                 if not self._cluster.node_ready(cd_uid, clique):
                     raise NotReadyError(self._not_ready_message(cd_uid, clique), since)
@@ -421,7 +426,7 @@ class Driver:
                     log.info("%s: node %s has no NVLink clique: no IMEX channel injected", ref,
                              self._s.node_name)
         else:
-            cd = self._cluster.compute_domain(cd_uid) or {}
+            cd = self._cluster.known_domain(cd_uid) or {}
             self._ensure_domain_dir(cd_uid)
             edits = self._edits.daemon_edits(cd, clique)
         devices = []

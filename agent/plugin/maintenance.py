@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from agent.plugin.driver import Driver
@@ -18,11 +18,16 @@ log = logging.getLogger(__name__)
 
 class Maintenance:
     def __init__(self, driver: Driver, claim_exists: Callable[[ClaimRef], Awaitable[bool]],
-                 domain_exists: Callable[[str], bool], domains_dir: Path) -> None:
+                 domain_exists: Callable[[str], bool], domains_dir: Path,
+                 refresh_domains: Callable[[Iterable[str]], Awaitable[None]] | None = None
+                 ) -> None:
+        """`refresh_domains(uids)` reads those domains from the API before `domain_exists`
+        is asked about them (the agent does not watch every ComputeDomain)."""
         self._driver = driver
         self._claim_exists = claim_exists
         self._domain_exists = domain_exists
         self._domains_dir = domains_dir
+        self._refresh_domains = refresh_domains
 
     async def run_once(self) -> dict[str, int]:
         stale = []
@@ -35,14 +40,31 @@ class Maintenance:
         if stale:
             await self._driver.unprepare(stale)
         tombstones, orphans = await self._driver.sweep()
-        removed_domains = 0
-        if self._domains_dir.is_dir():
-            for child in self._domains_dir.iterdir():
-                if child.is_dir() and not self._domain_exists(child.name):
-                    await asyncio.to_thread(shutil.rmtree, child, True)
-                    removed_domains += 1
+        removed_domains = await self._remove_deleted_domains()
         counts = {"stale": len(stale), "tombstones": tombstones, "orphans": orphans,
                   "domains": removed_domains}
         if any(counts.values()):
             log.info("cleanup: %s", counts)
         return counts
+
+    async def _remove_deleted_domains(self) -> int:
+        """Remove the directories of domains the API server no longer has. If it cannot be
+        asked, nothing is removed: a directory lost by mistake breaks a running daemon."""
+        if not self._domains_dir.is_dir():
+            return 0
+        dirs = [child for child in self._domains_dir.iterdir() if child.is_dir()]
+        if not dirs:
+            return 0
+        if self._refresh_domains is not None:
+            try:
+                await self._refresh_domains([child.name for child in dirs])
+            except Exception as err:
+                log.info("cleanup: cannot read ComputeDomains (%s); domain directories kept",
+                         err)
+                return 0
+        removed = 0
+        for child in dirs:
+            if not self._domain_exists(child.name):
+                await asyncio.to_thread(shutil.rmtree, child, True)
+                removed += 1
+        return removed

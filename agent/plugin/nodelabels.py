@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -38,19 +38,23 @@ class LabelWriter(Protocol):
     async def set_clique_label(self, clique_id: str | None) -> None: ...
 
 
-def needed_domain(checkpoint: Checkpoint, live: Callable[[str], bool]) -> str | None:
-    """The domain whose label this node needs: the one of its prepared channel claims, if
-    that ComputeDomain still exists and is not being deleted (the controller removes a
-    deleted domain's labels while its workloads may still run; putting them back would
-    fight it). A node serves one domain at a time, so more than one is left alone."""
-    domains = {
+def channel_domains(checkpoint: Checkpoint) -> set[str]:
+    """The domains of this node's prepared channel claims."""
+    return {
         group.domain_id
         for entry in checkpoint.claims.values()
         if entry.state == ClaimState.PREPARE_COMPLETED
         for group in entry.prepared or ()
         if group.config_type == names.DEVICE_TYPE_CHANNEL and group.domain_id
-        and live(group.domain_id)
     }
+
+
+def needed_domain(checkpoint: Checkpoint, live: Callable[[str], bool]) -> str | None:
+    """The domain whose label this node needs: the one of its prepared channel claims, if
+    that ComputeDomain still exists and is not being deleted (the controller removes a
+    deleted domain's labels while its workloads may still run; putting them back would
+    fight it). A node serves one domain at a time, so more than one is left alone."""
+    domains = {uid for uid in channel_domains(checkpoint) if live(uid)}
     if len(domains) > 1:
         log.warning("prepared channel claims of %d ComputeDomains on one node (%s): "
                     "not repairing the %s label", len(domains), ", ".join(sorted(domains)),
@@ -69,6 +73,7 @@ class NodeLabelKeeper:
         checkpoint: Callable[[], Checkpoint],
         live: Callable[[str], bool],
         *,
+        refresh_live: Callable[[Iterable[str]], Awaitable[None]] | None = None,
         host_managed: bool,
         clique_id: Callable[[], str] | None,
         resync_s: float = RESYNC_S,
@@ -79,6 +84,7 @@ class NodeLabelKeeper:
         self._lock = lock
         self._checkpoint = checkpoint
         self._live = live
+        self._refresh_live = refresh_live
         self._host_managed = host_managed
         self._clique_id = clique_id
         self._resync_s = resync_s
@@ -108,6 +114,12 @@ class NodeLabelKeeper:
         so a watch that lags our own write costs one GET, never a wrong label)."""
         if not self.drifted():
             return
+        if self._refresh_live is not None and not self._host_managed:
+            # Liveness as read now, not as last read: a domain deleted since must not get
+            # its label back (the controller removes it and the two would fight).
+            await self._refresh_live(channel_domains(self._checkpoint()))
+            if not self.drifted():
+                return
         async with self._lock():
             for key, value in self.drifted().items():
                 log.warning("node %s: label %s is %r, its prepared claims need %r: restoring",

@@ -1,0 +1,120 @@
+"""The agent's view of the cluster watches only what concerns its node: its Node, and the
+one clique of a domain it follows (field selector), never every ComputeDomain or clique;
+domains are looked up when a claim names them, and read again for liveness decisions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes import client
+
+from agent.plugin.cluster import ClusterView
+from api import names
+from api.draclient import DraApi
+
+NS = "nvidia-dra-driver"
+NODE = "node-a"
+
+
+def _cd(custom: client.CustomObjectsApi, name: str, namespace: str = "default") -> dict[str, Any]:
+    return custom.create_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.PLURAL_COMPUTE_DOMAINS,
+        {"apiVersion": names.API_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+         "metadata": {"name": name},
+         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-ch"}}}})
+
+
+def _clique(custom: client.CustomObjectsApi, cd_uid: str, status: str) -> None:
+    name = names.clique_object_name(cd_uid, "c1")
+    body = {"apiVersion": names.API_VERSION, "kind": names.KIND_CLIQUE,
+            "metadata": {"name": name, "labels": {names.LABEL_COMPUTE_DOMAIN: cd_uid}},
+            "daemons": [{"nodeName": NODE, "ipAddress": "10.0.0.1", "cliqueID": "c1",
+                         "index": 0, "status": status}]}
+    try:
+        current = custom.get_namespaced_custom_object(names.GROUP, names.VERSION, NS,
+                                                      names.PLURAL_CLIQUES, name)
+    except client.ApiException:
+        custom.create_namespaced_custom_object(names.GROUP, names.VERSION, NS,
+                                               names.PLURAL_CLIQUES, body)
+        return
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    custom.replace_namespaced_custom_object(names.GROUP, names.VERSION, NS,
+                                            names.PLURAL_CLIQUES, name, body)
+
+
+def test_follows_one_clique_and_looks_domains_up(k8s, project_crds) -> None:
+    core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
+    core.create_node({"metadata": {"name": NODE}})
+    for ns in (NS, "other"):
+        core.create_namespace({"metadata": {"name": ns}})
+    mine, theirs = _cd(custom, "mine"), _cd(custom, "theirs", "other")
+    uid, other_uid = mine["metadata"]["uid"], theirs["metadata"]["uid"]
+
+    async def scenario() -> None:
+        view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
+        view.start()
+        try:
+            await view.wait_synced(10)
+            # Looked up in the claim's namespace, once; a second ask costs nothing.
+            assert (await view.compute_domain(uid, "default"))["metadata"]["name"] == "mine"
+            assert await view.compute_domain(uid, "default") is not None
+            assert view.domains.lists == 1
+            # A domain of another namespace is still found, so Prepare can say so.
+            found = await view.compute_domain(other_uid, "default")
+            assert found is not None and found["metadata"]["namespace"] == "other"
+            assert view.known_domain(uid) is not None and "status" not in view.known_domain(uid)
+
+            await view.follow(uid, "c1")
+            assert view.followed == [uid] and not view.node_ready(uid, "c1")
+            assert view.daemon_entry(uid, "c1") == "clique c1 has no entries yet"
+            since = view.generation()
+            await asyncio.to_thread(_clique, custom, other_uid, names.STATUS_READY)
+            await asyncio.to_thread(_clique, custom, uid, names.STATUS_READY)
+            await view.wait_for_change(since, 10)
+            informer = view._followed[uid]
+            assert await informer.wait_for(lambda: view.node_ready(uid, "c1"), 10)
+            # The other domain's clique never reached this node's watch.
+            assert list(informer.items) == [names.clique_object_name(uid, "c1")]
+
+            # Deleted: a refresh (cleanup, label repair) finds it gone.
+            await asyncio.to_thread(custom.delete_namespaced_custom_object, names.GROUP,
+                                    names.VERSION, "default", names.PLURAL_COMPUTE_DOMAINS,
+                                    "mine")
+            assert view.domains.live(uid)  # as last read
+            await view.domains.refresh([uid, "never-existed"])
+            assert not view.domains.live(uid) and not view.domains.maybe_live(uid)
+            assert not view.domains.maybe_live("never-existed")
+            assert view.domains.maybe_live("not-asked-about")
+            view.unfollow(uid)
+            assert view.followed == []
+        finally:
+            view.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_label_is_written_only_when_the_watched_node_lacks_it(k8s, project_crds) -> None:
+    core = client.CoreV1Api(k8s)
+    core.create_node({"metadata": {"name": NODE,
+                                   "labels": {names.LABEL_COMPUTE_DOMAIN: "cd-1"}}})
+    writes: list[str] = []
+
+    async def scenario() -> None:
+        view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
+
+        async def add(cd_uid: str) -> None:
+            writes.append(cd_uid)
+
+        view.node.add_cd_label = add  # type: ignore[method-assign]
+        view.start()
+        try:
+            await view.wait_synced(10)
+            for _ in range(3):  # a waiting Prepare's wake-ups
+                await view.add_cd_label("cd-1")
+            await view.add_cd_label("cd-2")
+        finally:
+            view.stop()
+
+    asyncio.run(scenario())
+    assert writes == ["cd-2"]
