@@ -88,7 +88,9 @@ class ControllerApp:
         self.caches = Caches(self.api, dra, driver_managed=not cfg.host_managed,
                              cliques=cfg.cliques, enqueue=self.queue.add)
         events = EventRecorder(self.api, cfg.pod_name)
-        self.reconciler = Reconciler(self.api, dra, cfg, self.caches, events)
+        self.reconciler = Reconciler(self.api, dra, cfg, self.caches, events,
+                                     requeue_after=self.queue.add_after,
+                                     status_interval=cfg.status_interval_s)
         self.caches.start()
         try:
             await self.caches.wait_synced(60)

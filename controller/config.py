@@ -42,6 +42,7 @@ class ControllerConfig:
     workers: int
     resync_s: float
     resource_api_version: str = ""
+    status_interval_s: float = 1.0
 
     @property
     def host_managed(self) -> bool:
@@ -125,6 +126,10 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
                help="ComputeDomains reconciled concurrently")
     env_option(parser, "--resync-interval", env="RESYNC_INTERVAL", type=parse_duration,
                default=600.0, help="how often every ComputeDomain is reconciled regardless")
+    env_option(parser, "--status-write-interval", env="STATUS_WRITE_INTERVAL",
+               type=parse_duration, default=1.0,
+               help="at most one status write per ComputeDomain per this long (changes in "
+               "between are written together at its end; 0: every change at once)")
     add_resource_api_flag(parser)
 
 
@@ -142,6 +147,8 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         raise ValidationError("--max-nodes-per-imex-domain must be at least 1")
     if args.workers < 1:
         raise ValidationError("--workers must be at least 1")
+    if args.status_write_interval < 0:
+        raise ValidationError("--status-write-interval must not be negative")
     if not 0 < args.leader_election_retry_period < args.leader_election_renew_deadline \
             < args.leader_election_lease_duration:
         raise ValidationError(
@@ -167,4 +174,5 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         lease_duration_s=args.leader_election_lease_duration,
         renew_deadline_s=args.leader_election_renew_deadline,
         retry_period_s=args.leader_election_retry_period, workers=args.workers,
-        resync_s=args.resync_interval, resource_api_version=args.resource_api_version)
+        resync_s=args.resync_interval, resource_api_version=args.resource_api_version,
+        status_interval_s=args.status_write_interval)

@@ -11,10 +11,12 @@ condition) instead of retrying silently.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +35,8 @@ from controller.events import EventRecorder
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 CONDITION = "Reconciled"
+# At most one status write per ComputeDomain per this many seconds (Reconciler).
+STATUS_INTERVAL_S = 1.0
 TEMPLATES = "resourceclaimtemplates"
 
 
@@ -58,7 +62,15 @@ def _terminating(obj: Obj) -> bool:
 
 class Reconciler:
     def __init__(self, api: client.ApiClient, dra: DraApi, config: ControllerConfig,
-                 caches: Caches, events: EventRecorder) -> None:
+                 caches: Caches, events: EventRecorder, *,
+                 requeue_after: Callable[[str, float], None] | None = None,
+                 status_interval: float = STATUS_INTERVAL_S) -> None:
+        """`requeue_after(uid, seconds)` runs a reconcile of `uid` later (the work queue's
+        add_after); with it, a domain's status is written at most once per
+        `status_interval`."""
+        self._requeue_after = requeue_after
+        self._status_interval = status_interval
+        self._status_written: dict[str, float] = {}  # uid -> loop time of the last write
         self._api = api
         self._cfg = config
         self._caches = caches
@@ -78,6 +90,7 @@ class Reconciler:
     async def reconcile(self, uid: str) -> None:
         cd = self._caches.cds.items.get(uid)
         if cd is None:
+            self._status_written.pop(uid, None)
             await self._cleanup_stale(uid)
             return
         try:
@@ -211,17 +224,35 @@ class Reconciler:
                      and _conditions_equal(current.get("conditions") or [], conditions))
         if unchanged:
             return
+        if blocked is None and self._status_deferred(md["uid"]):
+            return
         new = {**cd, "status": body}
         try:
             await call(self._custom.replace_namespaced_custom_object_status, names.GROUP,
                        names.VERSION, md["namespace"], names.PLURAL_COMPUTE_DOMAINS, md["name"],
                        new)
             self._count(md["uid"])
+            self._status_written[md["uid"]] = asyncio.get_running_loop().time()
         except ApiException as err:
             if err.status in (404, 409):  # a newer copy is on its way through the watch
                 where = f"{md['namespace']}/{md['name']}"
                 raise RetryError(f"status of {where}: {err.reason}") from None
             raise
+
+    def _status_deferred(self, uid: str) -> bool:
+        """True when this domain's status was written less than the interval ago: the write
+        is left to a reconcile queued for the end of the interval, which writes whatever
+        the caches hold then. While daemons join, every clique write changes the status;
+        written each time, that is about three rewrites per join of an object every agent
+        and `kubectl get -w` receives, and whose size grows with the domain."""
+        last = self._status_written.get(uid)
+        if last is None or self._requeue_after is None or self._status_interval <= 0:
+            return False
+        wait = last + self._status_interval - asyncio.get_running_loop().time()
+        if wait <= 0:
+            return False
+        self._requeue_after(uid, wait)
+        return True
 
     async def _report(self, cd: Obj, blocked: BlockedError) -> None:
         await self._events.warning(cd, blocked.reason, blocked.message)

@@ -326,3 +326,55 @@ def test_metrics_and_health_endpoints(apiserver, api):
         assert "compute_domain_workqueue_depth" in text
     finally:
         thread.close()
+
+
+def test_status_writes_are_coalesced_while_daemons_join(apiserver, api):
+    """Twelve daemons joining one by one change the status twelve times; with a 10 s write
+    interval it is written once at once, then once more with everything at the interval's
+    end, not once per join."""
+    thread = ControllerThread(apiserver, make_config("--status-write-interval", "10"))
+    try:
+        cd = api.create_cd("cd1", num_nodes=12)
+        uid = cd["metadata"]["uid"]
+        wait_for(lambda: (api.cd("cd1").get("status") or {}).get("status") == "NotReady",
+                 what="the first status")
+        thread.idle()
+        first = thread.call(lambda: dict(thread.app.reconciler.writes))[uid]
+        entries = []
+        for i in range(12):
+            api.daemon_pod(f"d{i}", uid, f"n{i}", clique_id="c1", ip=f"10.0.0.{i + 1}")
+            entries.append({"nodeName": f"n{i}", "ipAddress": f"10.0.0.{i + 1}",
+                            "cliqueID": "c1", "index": i, "status": "Ready"})
+            if i == 0:
+                api.clique(uid, "c1", list(entries))
+            else:
+                name = names.clique_object_name(uid, "c1")
+                current = api.custom.get_namespaced_custom_object(
+                    names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES, name)
+                current["daemons"] = list(entries)
+                api.custom.replace_namespaced_custom_object(
+                    names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES, name, current)
+        thread.idle()  # includes the reconcile queued for the end of the interval
+        assert thread.call(lambda: dict(thread.app.reconciler.writes))[uid] == first + 1
+        got = api.cd("cd1")["status"]
+        assert got["status"] == "Ready" and len(got["nodes"]) == 12
+    finally:
+        thread.close()
+
+
+def test_status_is_written_with_everything_at_the_end_of_the_interval(apiserver, api):
+    thread = ControllerThread(apiserver, make_config("--status-write-interval", "1"))
+    try:
+        cd = api.create_cd("cd1", num_nodes=3)
+        uid = cd["metadata"]["uid"]
+        entries = []
+        for i in range(3):
+            api.daemon_pod(f"d{i}", uid, f"n{i}", clique_id="c1", ip=f"10.0.0.{i + 1}")
+            entries.append({"nodeName": f"n{i}", "ipAddress": f"10.0.0.{i + 1}",
+                            "cliqueID": "c1", "index": i, "status": "Ready"})
+        api.clique(uid, "c1", entries)
+        got = wait_for(lambda: (api.cd("cd1").get("status") or {}).get("status") == "Ready"
+                       and api.cd("cd1"), what="Ready with every node")
+        assert [n["name"] for n in got["status"]["nodes"]] == ["n0", "n1", "n2"]
+    finally:
+        thread.close()
