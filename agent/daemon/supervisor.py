@@ -243,6 +243,13 @@ class ImexSupervisor:
                     self._poller.ready = None  # the new entry says NotReady: report again
                     self._poller.poke()
             return
+        if isinstance(self.membership, CliqueMembership) and self.membership.contested(daemons):
+            # Two daemons took one index at once and the earlier entry keeps it: take
+            # another (the write brings us back here with it).
+            log.info("index %s in clique %s is an earlier entry's: taking another",
+                     own.get("index"), ident.clique_id)
+            await self.membership.join(ident.pod_ip)
+            return
         mappings = {
             int(d.get("index", 0)): d.get("ipAddress", "") for d in mine if d.get("ipAddress")
         }
@@ -330,8 +337,11 @@ class ImexSupervisor:
 def _usable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Entries with an integer index and, when set, a plain IP address. Other daemons (or
     anyone with write access to the clique) write these; one malformed entry is skipped
-    with a warning instead of stopping this daemon from following its peers."""
+    with a warning instead of stopping this daemon from following its peers. Of two entries
+    with one index (two daemons that joined at once) the earlier one holds it, as
+    membership.py settles it; the later one is left out until it took another."""
     out = []
+    held: set[int] = set()
     for d in entries:
         try:
             index = d.get("index", 0)
@@ -342,6 +352,11 @@ def _usable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         except ValueError as err:
             log.warning("ignoring clique entry of %s: %s", d.get("nodeName") or d.get("name"), err)
             continue
+        if index in held:
+            vlog(log, 4, "clique entry of %s: index %d is held by an earlier entry",
+                 d.get("nodeName") or d.get("name"), index)
+            continue
+        held.add(index)
         out.append(d)
     return out
 
