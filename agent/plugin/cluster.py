@@ -28,6 +28,9 @@ from api import names
 from api.draclient import DraApi
 from api.kube import Informer, call
 
+# A followed watch ends this long after the last Prepare that asked for it.
+FOLLOW_GRACE_S = 10.0
+
 
 def _name(obj: dict[str, Any]) -> str:
     return obj["metadata"]["name"]
@@ -48,8 +51,10 @@ class ClusterView:
         self.node_object = Informer(self._loop, core.list_node, _name, "node",
                                     {"field_selector": f"metadata.name={node_name}"},
                                     to_dict=api.sanitize_for_serialization)
-        # cd uid -> the watch of what tells this node's readiness in that domain.
+        # cd uid -> the watch of what tells this node's readiness in that domain, and the
+        # loop time it was last asked for (a watch nobody waits on ends after a grace).
         self._followed: dict[str, Informer] = {}
+        self._asked: dict[str, float] = {}
         self._version = 0
         self._changed = asyncio.Event()
 
@@ -87,6 +92,7 @@ class ClusterView:
         """Watch what tells this node's readiness in `cd_uid` (once; later calls return at
         once), and wait until that watch has listed (or `timeout`: the wait for readiness
         then proceeds on what is there and wakes on the watch's first events)."""
+        self._asked[cd_uid] = self._loop.time()
         informer = self._followed.get(cd_uid)
         if informer is None:
             if self._cliques_enabled and clique_id:
@@ -120,9 +126,25 @@ class ClusterView:
             self._bump()
 
     def unfollow(self, cd_uid: str) -> None:
+        self._asked.pop(cd_uid, None)
         informer = self._followed.pop(cd_uid, None)
         if informer is not None:
             informer.stop()
+
+    def done_waiting(self, cd_uid: str, grace: float = FOLLOW_GRACE_S) -> None:
+        """A Prepare no longer waits on `cd_uid`'s readiness: end its watch once nobody
+        asked for it for `grace` seconds. A node whose claims are prepared has no use for
+        its peers' joins and readiness flips; watching them would make its cost grow with
+        its clique's activity for as long as its workload runs."""
+        asked = self._asked.get(cd_uid)
+        if asked is None:
+            return
+
+        def expire() -> None:
+            if self._asked.get(cd_uid) == asked:
+                self.unfollow(cd_uid)
+
+        self._loop.call_later(grace, expire)
 
     @property
     def followed(self) -> list[str]:

@@ -118,3 +118,28 @@ def test_the_label_is_written_only_when_the_watched_node_lacks_it(k8s, project_c
 
     asyncio.run(scenario())
     assert writes == ["cd-2"]
+
+
+def test_a_watch_nobody_waits_on_ends_after_the_grace(k8s, project_crds) -> None:
+    core = client.CoreV1Api(k8s)
+    core.create_node({"metadata": {"name": NODE}})
+    core.create_namespace({"metadata": {"name": NS}})
+
+    async def scenario() -> None:
+        view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
+        view.start()
+        try:
+            await view.follow("cd-1", "c1")
+            await view.follow("cd-2", "c1")
+            view.done_waiting("cd-1", grace=0.05)
+            view.done_waiting("cd-2", grace=0.05)
+            await view.follow("cd-2", "c1")  # asked again: cd-2's watch stays
+            informer = view._followed["cd-1"]
+            async with asyncio.timeout(10):
+                while "cd-1" in view.followed:
+                    await asyncio.sleep(0.05)
+            assert view.followed == ["cd-2"] and informer._stop.is_set()
+        finally:
+            view.stop()
+
+    asyncio.run(scenario())
