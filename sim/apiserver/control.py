@@ -29,12 +29,15 @@ class Faults:
 
 @dataclass
 class Stats:
-    """Request counters, so tests and benchmarks can count writes and conflicts."""
+    """Request and watch counters, so tests and benchmarks can count writes, conflicts and
+    what watches cost the server (the events and bytes it streamed, per user)."""
 
     requests: dict[str, int] = field(default_factory=dict)
     conflicts: int = 0
     # user name -> verb -> count ("conflict" counts 409s): who made the writes.
     by_user: dict[str, dict[str, int]] = field(default_factory=dict)
+    # user name -> "watchEvents" / "watchBytes": what that user's watches were sent.
+    watch_by_user: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def count(self, verb: str, user: str = "") -> None:
         self.requests[verb] = self.requests.get(verb, 0) + 1
@@ -45,6 +48,19 @@ class Stats:
         self.conflicts += 1
         mine = self.by_user.setdefault(user, {})
         mine["conflict"] = mine.get("conflict", 0) + 1
+
+    def watched(self, user: str, events: int, nbytes: int) -> None:
+        """`events` watch frames (bookmarks included) of `nbytes` written to `user`'s watch."""
+        mine = self.watch_by_user.setdefault(user, {"watchEvents": 0, "watchBytes": 0})
+        mine["watchEvents"] += events
+        mine["watchBytes"] += nbytes
+
+    def users(self) -> dict[str, dict[str, int]]:
+        """user -> verb counts and, for users who watched, watchEvents and watchBytes."""
+        out = {user: dict(verbs) for user, verbs in self.by_user.items()}
+        for user, sent in self.watch_by_user.items():
+            out.setdefault(user, {}).update(sent)
+        return out
 
 
 def control(
@@ -76,7 +92,7 @@ def control(
             {
                 "requests": stats.requests,
                 "conflicts": stats.conflicts,
-                "byUser": stats.by_user,
+                "byUser": stats.users(),
                 "resourceVersion": store.resource_version,
                 "watches": store.watcher_count,
             }

@@ -131,8 +131,10 @@ async def watch_stream(
     streams: set[web.StreamResponse],
     watch_timeout: float,
     bookmark_interval: Callable[[], float],
+    sent: Callable[[int, int], None] | None = None,
 ) -> web.StreamResponse:
-    """Stream watch events; `bookmark_interval` is read on every wait, so tests can tune it."""
+    """Stream watch events; `bookmark_interval` is read on every wait, so tests can tune it.
+    `sent(events, bytes)` is told of every write, so the server can count watch traffic."""
     q = request.query
     list_options.validate(q, watch=True)
     selected = selected_by(request, t)
@@ -157,11 +159,17 @@ async def watch_stream(
             obj = versions.from_storage(t.info, obj)
         return orjson.dumps({"type": kind, "object": obj}) + b"\n"
 
+    async def write(frames: list[bytes]) -> None:
+        data = b"".join(frames)
+        await response.write(data)
+        if sent is not None:
+            sent(len(frames), len(data))
+
     try:
         last_rv = store.resource_version
         opening, ended = _opening(t, store, selected, frame, q, bookmarks=bookmarks)
         if opening:
-            await response.write(opening)
+            await write(opening)
         if ended:
             return response
         deadline = time.monotonic() + timeout
@@ -175,16 +183,12 @@ async def watch_stream(
                     event = await watcher.queue.get()
             except TimeoutError:
                 if bookmarks:
-                    await response.write(
-                        frame(
-                            "BOOKMARK",
-                            {
-                                "kind": t.info.kind,
-                                "apiVersion": t.info.api_version,
-                                "metadata": {"resourceVersion": str(store.resource_version)},
-                            },
-                        )
-                    )
+                    mark = {
+                        "kind": t.info.kind,
+                        "apiVersion": t.info.api_version,
+                        "metadata": {"resourceVersion": str(store.resource_version)},
+                    }
+                    await write([frame("BOOKMARK", mark)])
                 continue
             if event is None:
                 break  # closed by a fault or shutdown
@@ -192,7 +196,7 @@ async def watch_stream(
                 continue
             kind, obj = filter_event(event, selected)
             if kind:
-                await response.write(frame(kind, obj))
+                await write([frame(kind, obj)])
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     except RuntimeError as err:
@@ -207,8 +211,8 @@ async def watch_stream(
     return response
 
 
-def _error_frame(err: errors.ApiError) -> bytes:
-    return orjson.dumps({"type": "ERROR", "object": err.status_object()}) + b"\n"
+def _error_frame(err: errors.ApiError) -> list[bytes]:
+    return [orjson.dumps({"type": "ERROR", "object": err.status_object()}) + b"\n"]
 
 
 def _opening(
@@ -219,8 +223,8 @@ def _opening(
     q: Any,
     *,
     bookmarks: bool,
-) -> tuple[bytes, bool]:
-    """What a watch sends before the changes, and whether it ends there (an ERROR).
+) -> tuple[list[bytes], bool]:
+    """The frames a watch sends before the changes, and whether it ends there (an ERROR).
 
     Without `sendInitialEvents` a watch from resourceVersion "" or "0" starts with every
     object as ADDED, one from a later version with the changes since; with it (a watch
@@ -245,15 +249,15 @@ def _opening(
         if initial and bookmarks:
             end = list_options.initial_events_end(t.info.kind, t.info.api_version, current)
             out.append(frame("BOOKMARK", end))
-        return b"".join(out), False
+        return out, False
     if since is None:
-        return b"", False
+        return [], False
     try:
         backlog = store.events_since(t.info.key, t.namespace or None, since)
     except ExpiredError as err:
         return _error_frame(errors.gone(str(err))), True
     changes = (filter_event(e, selected) for e in backlog)
-    return b"".join(frame(k, o) for k, o in changes if k), False
+    return [frame(k, o) for k, o in changes if k], False
 
 
 def filter_event(event: Event, selected: Callable[[Obj], bool]) -> tuple[str | None, Obj]:

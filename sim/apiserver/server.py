@@ -480,6 +480,7 @@ class ApiServer:
                     streams=self._streams,
                     watch_timeout=self._watch_timeout,
                     bookmark_interval=lambda: self._bookmark_interval,
+                    sent=lambda events, nbytes: self.stats.watched(who, events, nbytes),
                 )
             self.stats.count("list", who)
             return list_response(request, t, self.store)

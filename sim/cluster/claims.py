@@ -4,6 +4,12 @@ Pods that name a ResourceClaimTemplate get a claim generated from it (owned by t
 so the emulator's GC removes it with the pod) and recorded in the pod's
 `status.resourceClaimStatuses`, which is where the scheduler and kubelet look it up.
 Reservations held by pods that are gone are dropped so the devices can be reused.
+
+As upstream, it reads its informer caches, not the API: the claims a pod owns come from an
+owner index over the claim cache plus the claims this controller created and the cache has
+not shown yet (upstream's mutation cache), so a claim is never created twice; a reserving
+pod missing from the pod cache is looked up live before its reservation goes. Several
+workers sync different keys in parallel, one key never twice at once (`WorkQueue`).
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -24,8 +31,13 @@ log = logging.getLogger(__name__)
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _MERGE_PATCH = "application/merge-patch+json"
 
-
 CLAIMS = "resourceclaims"
+# The workers kube-controller-manager starts for its resourceclaim controller.
+WORKERS = 10
+RETRY_AFTER = 0.5
+
+K = TypeVar("K", bound=Hashable)
+Obj = dict[str, Any]
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -33,18 +45,78 @@ def _key(obj: dict[str, Any]) -> str:
     return f"{md.get('namespace', '')}/{md.get('name', '')}"
 
 
-class ClaimController:
-    """Generates claims from templates and prunes stale reservations; one worker queue."""
+def _owner(claim: Obj) -> tuple[str, str] | None:
+    """(pod uid, pod claim name) of a claim generated for a pod, else None."""
+    md = claim.get("metadata") or {}
+    pod_claim = (md.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+    if not pod_claim:
+        return None
+    for ref in md.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"]), str(pod_claim)
+    return None
 
-    def __init__(self, api_client: client.ApiClient, resource_version: str = "v1") -> None:
+
+def _drop(index: dict[str, dict[str, str]], uid: str, pod_claim: str) -> None:
+    mine = index.get(uid)
+    if mine is not None:
+        mine.pop(pod_claim, None)
+        if not mine:
+            del index[uid]
+
+
+class WorkQueue(Generic[K]):
+    """client-go's workqueue semantics: an item queued twice is processed once, and an item
+    added while a worker has it is processed again after `done`, never concurrently."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[K] = asyncio.Queue()
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
+
+    def add(self, item: K) -> None:
+        if item in self._dirty:
+            return
+        self._dirty.add(item)
+        if item not in self._processing:
+            self._queue.put_nowait(item)
+
+    async def get(self) -> K:
+        item = await self._queue.get()
+        self._dirty.discard(item)
+        self._processing.add(item)
+        return item
+
+    def done(self, item: K) -> None:
+        self._processing.discard(item)
+        if item in self._dirty:
+            self._queue.put_nowait(item)
+
+    def __len__(self) -> int:
+        return len(self._dirty)
+
+
+class ClaimController:
+    """Generates claims from templates and prunes stale reservations; `workers` in parallel."""
+
+    def __init__(
+        self, api_client: client.ApiClient, resource_version: str = "v1", workers: int = WORKERS
+    ) -> None:
         self._api = api_client
         self._core = client.CoreV1Api(api_client)
         self._dra = DraApi(api_client, resource_version)
-        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-        self._queued: set[tuple[str, str]] = set()
-        self._task: asyncio.Task[None] | None = None
+        self._queue: WorkQueue[tuple[str, str]] = WorkQueue()
+        self._workers = workers
+        self._tasks: list[asyncio.Task[None]] = []
         self.pods: Informer | None = None
         self.claims: Informer | None = None
+        # Owner index of the claim cache: pod uid -> pod claim name -> claim name, and the
+        # entry each cached claim holds there (to drop it when the claim changes or goes).
+        self._owned: dict[str, dict[str, str]] = {}
+        self._owner_of: dict[str, tuple[str, str]] = {}
+        # Claims this controller created that the cache does not show yet, in the index's
+        # shape: consulted with it until the claim's creation is seen.
+        self._created: dict[str, dict[str, str]] = {}
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -63,43 +135,60 @@ class ClaimController:
             _key,
             "claims-claims",
             convert=self._dra.to_v1(CLAIMS),
-            on_change=lambda o: self._enqueue("claim", _key(o)),
+            on_change=self._claim_changed,
         )
         self.pods.start()
         self.claims.start()
-        self._task = loop.create_task(self._work(), name="claim-controller")
+        self._tasks = [
+            loop.create_task(self._work(), name=f"claim-controller-{i}")
+            for i in range(self._workers)
+        ]
 
     async def stop(self) -> None:
         for informer in (self.pods, self.claims):
             if informer is not None:
                 informer.stop()
-        if self._task is not None:
-            self._task.cancel()
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
 
     def _pod_changed(self, pod: dict[str, Any]) -> None:
         """A pod event; when the pod is gone, the claims it held need their reservation pruned."""
         key = _key(pod)
-        self._enqueue("pod", key)
+        self._queue.add(("pod", key))
         if self.pods is None or self.claims is None or key in self.pods.items:
             return
         uid = (pod.get("metadata") or {}).get("uid")
+        self._created.pop(uid or "", None)
         for claim_key, claim in self.claims.items.items():
             reserved = (claim.get("status") or {}).get("reservedFor") or []
             if any(r.get("uid") == uid for r in reserved):
-                self._enqueue("claim", claim_key)
+                self._queue.add(("claim", claim_key))
 
-    def _enqueue(self, kind: str, key: str) -> None:
-        if (kind, key) not in self._queued:
-            self._queued.add((kind, key))
-            self._queue.put_nowait((kind, key))
+    def _claim_changed(self, claim: dict[str, Any]) -> None:
+        """Keep the owner index in step with the cache, then sync the claim."""
+        assert self.claims is not None
+        key = _key(claim)
+        old = self._owner_of.pop(key, None)
+        if old is not None:
+            _drop(self._owned, *old)
+        cached = self.claims.items.get(key)
+        owner = _owner(cached) if cached is not None else None
+        if cached is not None and owner is not None:
+            self._owner_of[key] = owner
+            self._owned.setdefault(owner[0], {})[owner[1]] = cached["metadata"]["name"]
+            _drop(self._created, *owner)  # the cache shows it now
+        self._queue.add(("claim", key))
 
     async def _work(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in (self.pods, self.claims) if i is not None))
+        loop = asyncio.get_running_loop()
         while True:
-            kind, key = await self._queue.get()
-            self._queued.discard((kind, key))
+            item = await self._queue.get()
+            kind, key = item
             try:
                 if kind == "pod":
                     await self._sync_pod(key)
@@ -108,7 +197,9 @@ class ClaimController:
             except Exception as err:
                 # Retry later, as a rate-limited workqueue would.
                 log.info("claim controller: %s %s: %s; retrying", kind, key, error_text(err))
-                asyncio.get_running_loop().call_later(0.5, self._enqueue, kind, key)
+                loop.call_later(RETRY_AFTER, self._queue.add, item)
+            finally:
+                self._queue.done(item)
 
     # --- pods: claims from templates ------------------------------------------------------
 
@@ -129,21 +220,13 @@ class ClaimController:
         missing = [c for c in wanted if c["name"] not in recorded]
         if not missing:
             return
-        # A fresh listing, not the cache: a claim created just before a crash or a failed
-        # status write must be found again, never duplicated.
-        existing = await call(self._dra.list, CLAIMS, namespace)
-        owned: dict[str, str] = {}
-        for claim in existing["items"]:
-            cmd = claim["metadata"]
-            if any(
-                ref.get("uid") == uid and ref.get("controller")
-                for ref in cmd.get("ownerReferences") or []
-            ):
-                pod_claim = (cmd.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
-                if pod_claim:
-                    owned[pod_claim] = cmd["name"]
+        owned = self._owned_by(uid)
         for pod_claim in missing:
-            claim_name = owned.get(pod_claim["name"]) or await self._create_claim(pod, pod_claim)
+            claim_name = owned.get(pod_claim["name"])
+            if claim_name is None:
+                claim_name = await self._create_claim(pod, pod_claim)
+                if pod_claim["name"] not in self._owned.get(uid, {}):
+                    self._created.setdefault(uid, {})[pod_claim["name"]] = claim_name
             statuses.append({"name": pod_claim["name"], "resourceClaimName": claim_name})
         body = {
             "metadata": {"resourceVersion": md["resourceVersion"]},
@@ -156,6 +239,11 @@ class ClaimController:
             body,
             _content_type=_MERGE_PATCH,
         )
+
+    def _owned_by(self, uid: str) -> dict[str, str]:
+        """Pod claim name -> name of the claim generated for it, for the pod `uid`: from the
+        cache, and the claims created here that the cache does not show yet."""
+        return {**self._created.get(uid, {}), **self._owned.get(uid, {})}
 
     async def _create_claim(self, pod: dict[str, Any], pod_claim: dict[str, Any]) -> str:
         md = pod["metadata"]
@@ -237,11 +325,16 @@ class ClaimController:
         log.info("claim %s: removed reservations of deleted pods", key)
 
     async def _pod_exists(self, namespace: str, name: str, uid: str) -> bool:
-        """A live read: the pod cache may lag behind the claim that names the pod."""
+        """The pod cache first; a pod it lacks is read live (the cache may lag behind the
+        claim that names it: dropping the reservation of a pod being scheduled is wrong)."""
+        assert self.pods is not None
+        cached = self.pods.items.get(f"{namespace}/{name}")
+        if cached is not None and cached["metadata"].get("uid") == uid:
+            return True
         try:
             pod = await call(self._core.read_namespaced_pod, name, namespace)
         except ApiException as err:
             if err.status == 404:
                 return False
             raise
-        return pod.metadata.uid == uid
+        return bool(pod.metadata.uid == uid)

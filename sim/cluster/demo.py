@@ -4,16 +4,23 @@ Brings a simulated cluster up, applies a ComputeDomain and its workloads, waits 
 workload container sees its IMEX channel device while recording the evidence chain,
 deletes everything, checks nothing is left (objects, labels, finalizers, CDI files,
 processes), and reports. Any failure names the step that did not happen.
+
+The evidence is read from watches (`ClusterWatch`: admin informers), not from full LISTs
+polled several times a second, so observing costs the cluster little of what it measures.
+On the emulator the report also says what each daemon join cost the API server
+(`driver_traffic`): the driver's writes and 409 conflicts by component, and the watch
+events and bytes streamed to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -21,7 +28,8 @@ from typing import Any, TextIO, TypeVar
 from kubernetes import client
 
 from api import names
-from api.kube import call, is_transient
+from api.draclient import discover
+from api.kube import Informer, call, is_transient
 from sim.cluster import example
 from sim.cluster.cluster import ClusterSpec, SimCluster
 from sim.cluster.evidence import EvidenceChain, Snapshot
@@ -30,6 +38,10 @@ from sim.cluster.leftovers import cdi_leftovers, object_leftovers, process_lefto
 Obj = dict[str, Any]
 T = TypeVar("T")
 POLL = 0.2
+# Watched: the chains are looked at on every change, at most this often (the links read
+# from the nodes' files, which no watch reports, at least every POLL).
+MIN_GAP = 0.05
+WRITES = ("create", "update", "patch", "delete")
 
 
 @dataclass
@@ -43,6 +55,8 @@ class DemoResult:
     cleanup_s: float | None = None
     leftovers: list[str] = field(default_factory=list)
     server_version: str | None = None
+    # What one daemon join cost the API server (emulator only; None upstream).
+    per_join: Obj | None = None
 
     def to_dict(self) -> Obj:
         return {
@@ -53,6 +67,7 @@ class DemoResult:
             "applied": self.applied,
             "computeDomains": [c.to_dict() for c in self.chains],
             "time_to_ready_s": self.time_to_ready_s,
+            "per_join": self.per_join,
             "cleanup": {
                 "ok": self.ok or not self.leftovers,
                 "seconds": self.cleanup_s,
@@ -150,33 +165,114 @@ async def wait_ready(
     chains: Sequence[EvidenceChain],
     timeout: float,
     on_progress: Callable[[EvidenceChain], None] | None = None,
+    *,
+    watch: ClusterWatch | None = None,
 ) -> float:
     """Observe until every chain is complete; seconds from the first CD seen to the last
-    chain complete. Raises StepError naming the first missing link at the deadline."""
+    chain complete. Raises StepError naming the first missing link at the deadline. With a
+    started `watch`, each observation reads its caches, after a change or POLL; without, it
+    takes a Snapshot (six LISTs) every POLL."""
     assert cluster.admin is not None
     deadline = time.monotonic() + timeout
     while True:
-        snap = await _observe(Snapshot.take(cluster.admin, cluster.namespace))
-        if snap is None:
+        if watch is not None:
+            snap = watch.snapshot()
+        else:
+            snap = await _observe(Snapshot.take(cluster.admin, cluster.namespace))
+        if snap is not None:
+            now = time.monotonic()
+            for chain in chains:
+                chain.observe(snap, now)
+                if on_progress is not None:
+                    on_progress(chain)
+            if all(c.complete for c in chains):
+                return max(c.links[-1].done_at or 0.0 for c in chains)
+        if time.monotonic() > deadline:
+            raise _not_ready(chains, timeout)
+        if watch is not None:
+            await asyncio.sleep(MIN_GAP)
+            await watch.changed(POLL - MIN_GAP)
+        else:
             await asyncio.sleep(POLL)
-            continue
-        now = time.monotonic()
-        for chain in chains:
-            chain.observe(snap, now)
-            if on_progress is not None:
-                on_progress(chain)
-        if all(c.complete for c in chains):
-            return max(c.links[-1].done_at or 0.0 for c in chains)
-        if now > deadline:
-            chain = next(c for c in chains if not c.complete)
-            link = chain.first_missing()
-            assert link is not None
-            counted = f" ({link.count})" if link.count else ""
-            raise StepError(
-                f"{link.title}{counted} for ComputeDomain {chain.namespace}/{chain.name}"
-                f" not reached within {timeout:.0f}s" + (f": {link.detail}" if link.detail else "")
+
+
+def _not_ready(chains: Sequence[EvidenceChain], timeout: float) -> StepError:
+    chain = next(c for c in chains if not c.complete)
+    link = chain.first_missing()
+    assert link is not None
+    counted = f" ({link.count})" if link.count else ""
+    return StepError(
+        f"{link.title}{counted} for ComputeDomain {chain.namespace}/{chain.name}"
+        f" not reached within {timeout:.0f}s" + (f": {link.detail}" if link.detail else "")
+    )
+
+
+def _key(obj: Obj) -> str:
+    md = obj.get("metadata") or {}
+    return f"{md.get('namespace', '')}/{md.get('name', '')}"
+
+
+class ClusterWatch:
+    """What a Snapshot holds, kept by six admin informers (list once, then watch) instead
+    of six full LISTs per look: `snapshot()` reads their caches, `changed()` waits."""
+
+    def __init__(self, api: client.ApiClient, driver_namespace: str) -> None:
+        self.api = api
+        self.driver_namespace = driver_namespace
+        self.informers: dict[str, Informer] = {}
+        self._change = asyncio.Event()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        dra = await discover(self.api)
+        custom, core = client.CustomObjectsApi(self.api), client.CoreV1Api(self.api)
+        to_dict = self.api.sanitize_for_serialization
+
+        def cds(**kwargs: Any) -> Any:
+            return custom.list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.PLURAL_COMPUTE_DOMAINS, **kwargs
             )
-        await asyncio.sleep(POLL)
+
+        def cliques(**kwargs: Any) -> Any:
+            return custom.list_namespaced_custom_object(
+                names.GROUP, names.VERSION, self.driver_namespace, names.PLURAL_CLIQUES, **kwargs
+            )
+
+        sources: dict[str, tuple[Callable[..., Any], Any, Any]] = {
+            "cds": (cds, None, None),
+            "templates": (
+                dra.lister("resourceclaimtemplates"), None, dra.to_v1("resourceclaimtemplates")
+            ),
+            "claims": (dra.lister("resourceclaims"), None, dra.to_v1("resourceclaims")),
+            "pods": (core.list_pod_for_all_namespaces, to_dict, None),
+            "nodes": (core.list_node, to_dict, None),
+            "cliques": (cliques, None, None),
+        }
+        for name, (list_fn, convert_model, convert) in sources.items():
+            informer = Informer(
+                loop, list_fn, _key, f"demo-{name}", to_dict=convert_model,
+                on_change=lambda _obj: self._change.set(), convert=convert,
+            )  # fmt: skip
+            self.informers[name] = informer
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+
+    def snapshot(self) -> Snapshot | None:
+        """The cached objects; None until every informer has listed once."""
+        if not all(i.synced.is_set() for i in self.informers.values()):
+            return None
+        return Snapshot(**{n: list(i.items.values()) for n, i in self.informers.items()})
+
+    async def changed(self, timeout: float) -> None:
+        """Return after the next change of any cache (one since the last call counts) or
+        after `timeout` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._change.wait()
+        self._change.clear()
 
 
 async def wait_clean(
@@ -217,6 +313,70 @@ async def _observe(reading: Awaitable[T]) -> T | None:
         raise
 
 
+# --- what a daemon join costs the API server ----------------------------------------------
+
+
+async def user_stats(cluster: SimCluster) -> dict[str, dict[str, int]] | None:
+    """The emulator's per-user counters (`/_sim/stats` byUser); None on the upstream
+    control plane, which keeps none."""
+    server = cluster.server
+    if server is None:
+        return None
+    return await asyncio.to_thread(server.call, server.server.stats.users)
+
+
+def driver_traffic(
+    before: Mapping[str, Mapping[str, int]],
+    after: Mapping[str, Mapping[str, int]],
+    accounts: Mapping[str, str],
+    namespace: str,
+) -> dict[str, dict[str, int]]:
+    """role -> writes (create/update/patch/delete), 409 conflicts, watch events and watch
+    bytes of its ServiceAccount between two byUser snapshots."""
+    out: dict[str, dict[str, int]] = {}
+    for role, account in accounts.items():
+        user = f"system:serviceaccount:{namespace}:{account}"
+        a, b = before.get(user, {}), after.get(user, {})
+
+        def delta(counter: str, a: Mapping[str, int] = a, b: Mapping[str, int] = b) -> int:
+            return b.get(counter, 0) - a.get(counter, 0)
+
+        out[role] = {
+            "writes": sum(delta(v) for v in WRITES),
+            "conflicts": delta("conflict"),
+            "watchEvents": delta("watchEvents"),
+            "watchBytes": delta("watchBytes"),
+        }
+    return out
+
+
+def per_join(traffic: Mapping[str, Mapping[str, int]], daemons: int) -> Obj:
+    """`driver_traffic` divided by the IMEX daemons that joined (one per node of the
+    domains): the report's `per_join`, each figure in total and by component."""
+    n = max(daemons, 1)
+
+    def figure(counter: str, digits: int | None) -> Obj:
+        by_role = {role: round(t[counter] / n, digits) for role, t in traffic.items()}
+        total = round(sum(t[counter] for t in traffic.values()) / n, digits)
+        return {"total": total, **by_role}
+
+    return {
+        "daemons": daemons,
+        "api_writes": figure("writes", 2),
+        "conflicts": figure("conflicts", 2),
+        "watch_events": figure("watchEvents", 1),
+        "watch_bytes": figure("watchBytes", None),
+    }
+
+
+def joined_nodes(chains: Sequence[EvidenceChain]) -> int:
+    """The nodes the domains' workloads were allocated on: one IMEX daemon each."""
+    return sum(
+        len({c["node"] for c in chain.link("allocation").data.get("claims", {}).values()})
+        for chain in chains
+    )
+
+
 @dataclass(frozen=True)
 class DemoOptions:
     nodes: int = 4
@@ -248,6 +408,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
     if opts.agent_program is not None:
         spec_kwargs["agent_program"] = opts.agent_program
     cluster = SimCluster(ClusterSpec(**spec_kwargs))
+    watch: ClusterWatch | None = None
     say = (lambda text: print(text, file=progress, flush=True)) if progress else (lambda _t: None)
     step = "cluster start"
     try:
@@ -271,10 +432,17 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
             f"API {cluster.url} ({result.cluster['startSeconds']:.1f}s)"
         )
         if objects is None:
-            first = [n for n in cluster.nodes.values() if n.host.clique == 1]
-            objects = example.builtin(first[0].host.clique_id, len(first))
+            # One domain over every fabric node, one workload pod per node: with several
+            # cliques, the domain spans them (what a multi-rack job asks for).
+            fabric = [n for n in cluster.nodes.values() if n.host.clique is not None]
+            cliques = sorted({n.host.clique_id for n in fabric})
+            objects = example.builtin(cliques, len(fabric))
         step = "apply"
-        result.applied = await create_objects(cluster.admin, objects)  # type: ignore[arg-type]
+        assert cluster.admin is not None
+        watch = ClusterWatch(cluster.admin, cluster.namespace)
+        await watch.start()
+        before = await user_stats(cluster)
+        result.applied = await create_objects(cluster.admin, objects)
         say("applied: " + ", ".join(result.applied))
         chains = [
             EvidenceChain(
@@ -289,7 +457,13 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         ]
         result.chains = chains
         step = "wait for ready"
-        result.time_to_ready_s = round(await wait_ready(cluster, chains, opts.timeout), 3)
+        result.time_to_ready_s = round(
+            await wait_ready(cluster, chains, opts.timeout, watch=watch), 3
+        )
+        after = await user_stats(cluster)
+        if before is not None and after is not None:
+            traffic = driver_traffic(before, after, cluster.accounts, cluster.namespace)
+            result.per_join = per_join(traffic, joined_nodes(chains))
         say(
             f"ready: every workload container sees its channel "
             f"({result.time_to_ready_s:.2f}s after the ComputeDomain was created)"
@@ -317,6 +491,8 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
     except Exception as err:  # a crash is a failed step too, named as such
         result.failed_step = f"{step}: {type(err).__name__}: {err}"
     finally:
+        if watch is not None:
+            watch.stop()
         await cluster.stop()
     if result.ok:
         stray = process_leftovers(root)
@@ -342,6 +518,8 @@ def render_text(result: DemoResult) -> str:
             lines.append(f"  {when}  {mark} {link.title}{count}: {link.detail}".rstrip(": "))
     if result.time_to_ready_s is not None:
         lines.append(f"time to ready: {result.time_to_ready_s:.2f}s")
+    if result.per_join is not None:
+        lines.append(_render_join(result.per_join))
     if result.cleanup_s is not None and not result.leftovers:
         lines.append(
             f"cleanup: nothing left (objects, node labels, finalizers, CDI files, processes)"
@@ -354,6 +532,16 @@ def render_text(result: DemoResult) -> str:
         lines.append(f"logs: {root}/nodes/*/pods/<namespace>_<pod>/<container>.log")
     lines.append("PASS" if result.ok else f"FAIL: {result.failed_step}")
     return "\n".join(lines)
+
+
+def _render_join(join: Obj) -> str:
+    writes, conflicts = join["api_writes"], join["conflicts"]
+    parts = ", ".join(f"{k} {v}" for k, v in writes.items() if k != "total")
+    return (
+        f"per daemon join ({join['daemons']}): {writes['total']} driver API writes ({parts}),"
+        f" {conflicts['total']} conflicts, {join['watch_events']['total']} watch events"
+        f" / {join['watch_bytes']['total'] / 1024:.1f} KiB streamed to the driver"
+    )
 
 
 def render_json(result: DemoResult) -> str:

@@ -8,6 +8,7 @@ on the `nvidia.com/gpu.clique` label the agent publishes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -23,7 +24,7 @@ SUPPORTED_KINDS: Final = ("ComputeDomain", "Pod", "Job", "Namespace")
 
 
 def builtin(
-    clique_id: str | None,
+    clique_id: str | Sequence[str] | None,
     pods: int,
     allocation_mode: str = "Single",
     *,
@@ -32,7 +33,8 @@ def builtin(
     node: str | None = None,
 ) -> list[Obj]:
     """A ComputeDomain `name` and `pods` workload pods `<name>-worker-<i>` using its channel,
-    pinned to clique `clique_id` by node affinity (None: anywhere), or to one `node`."""
+    pinned by node affinity to clique `clique_id` or to any of several (None: anywhere), or
+    to one `node`."""
     cd: Obj = {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND_COMPUTE_DOMAIN,
@@ -54,8 +56,9 @@ def builtin(
     return [cd, *workers]
 
 
-def _clique_affinity(clique_id: str) -> Obj:
-    term = {"key": names.LABEL_GPU_CLIQUE, "operator": "In", "values": [clique_id]}
+def _clique_affinity(clique_id: str | Sequence[str]) -> Obj:
+    values = [clique_id] if isinstance(clique_id, str) else list(clique_id)
+    term = {"key": names.LABEL_GPU_CLIQUE, "operator": "In", "values": values}
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
