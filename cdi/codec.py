@@ -6,11 +6,13 @@ import json
 
 import yaml
 
+from cdi import blockyaml
 from cdi.errors import CDIError
 from cdi.spec import Spec
 
 # libyaml's bindings are several times faster and produce the same documents; a
-# 2048-channel claim spec is written on the prepare path, so the speed matters.
+# 2048-channel claim spec is written on the prepare path, so the speed matters (and
+# `cdi.blockyaml` writes the simple documents without PyYAML's Python representer).
 # Both are the *safe* variants: spec files never construct arbitrary objects.
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -23,7 +25,10 @@ def spec_to_yaml(spec: Spec) -> str:
     reference's CDI library (gopkg.in/yaml.v3) indents by 4, sequences included. Both read
     as the same spec; tests/sim/reference_state.py renders the reference's bytes.
     """
-    body = yaml.dump(spec.to_dict(), Dumper=_DUMPER, sort_keys=False, default_flow_style=False)
+    document = spec.to_dict()
+    body = blockyaml.dump(document, _DUMPER.yaml_implicit_resolvers)
+    if body is None:  # something only PyYAML knows how to write (quoting, floats, ...)
+        body = yaml.dump(document, Dumper=_DUMPER, sort_keys=False, default_flow_style=False)
     return f"---\n{body}"
 
 

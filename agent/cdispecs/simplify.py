@@ -9,24 +9,29 @@ which is meaningful.
 from __future__ import annotations
 
 import dataclasses
-import json
 import posixpath
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
-from cdi import ContainerEdits, Spec
+from cdi import ContainerEdits, DeviceNode, Hook, Mount, Spec
 
 T = TypeVar("T")
 
 
+def _already_clean(path: str) -> bool:
+    """Whether normpath would return `path` unchanged: absolute, no empty, `.` or `..`
+    component, no trailing `/` (it skips normpath for 2048 channel paths)."""
+    return path.startswith("/") and "//" not in path and "/." not in path and path[-1] != "/"
+
+
 def path_order(path: str) -> tuple[int, str]:
     """Sort key: depth (number of `/` in the cleaned path), then the path itself."""
-    clean = posixpath.normpath(path) if path else path
+    clean = posixpath.normpath(path) if path and not _already_clean(path) else path
     return clean.count("/"), clean
 
 
-def _dedupe(items: Iterable[T], key: Callable[[T], Any]) -> list[T]:
-    seen: set[Any] = set()
+def _dedupe(items: Iterable[T], key: Callable[[T], Hashable]) -> list[T]:
+    seen: set[Hashable] = set()
     out = []
     for item in items:
         k = key(item)
@@ -36,20 +41,42 @@ def _dedupe(items: Iterable[T], key: Callable[[T], Any]) -> list[T]:
     return out
 
 
-def _as_key(item: Any) -> str:
-    return json.dumps(item.to_dict(), sort_keys=True)
+# Exact duplicates are items with equal fields, hence the same JSON in the spec: for the
+# fields' declared types a tuple of them is as exact a key as the JSON text, and ~20x
+# cheaper to build for 2048 channels.
+
+
+def _node_key(node: DeviceNode) -> Hashable:
+    return (node.path, node.host_path, node.type, node.major, node.minor, node.file_mode,
+            node.permissions, node.uid, node.gid)  # fmt: skip
+
+
+def _mount_key(mount: Mount) -> Hashable:
+    return (mount.host_path, mount.container_path, tuple(mount.options), mount.type)
+
+
+def _hook_key(hook: Hook) -> Hashable:
+    return (hook.hook_name, hook.path, tuple(hook.args), tuple(hook.env), hook.timeout)
+
+
+def _node_order(node: DeviceNode) -> tuple[int, str]:
+    return path_order(node.path)
+
+
+def _mount_order(mount: Mount) -> tuple[int, str]:
+    return path_order(mount.container_path)
 
 
 def simplify_edits(edits: ContainerEdits) -> ContainerEdits:
     """A copy of `edits` without exact duplicates, device nodes and mounts sorted."""
-    nodes = _dedupe(edits.device_nodes, _as_key)
-    mounts = _dedupe(edits.mounts, _as_key)
+    nodes = _dedupe(edits.device_nodes, _node_key)
+    mounts = _dedupe(edits.mounts, _mount_key)
     return dataclasses.replace(
         edits,
-        env=_dedupe(edits.env, lambda e: e),
-        device_nodes=sorted(nodes, key=lambda n: path_order(n.path)),
-        hooks=_dedupe(edits.hooks, _as_key),
-        mounts=sorted(mounts, key=lambda m: path_order(m.container_path)),
+        env=_dedupe(edits.env, lambda entry: entry),
+        device_nodes=sorted(nodes, key=_node_order),
+        hooks=_dedupe(edits.hooks, _hook_key),
+        mounts=sorted(mounts, key=_mount_order),
     )
 
 

@@ -56,7 +56,19 @@ class RootTransform:
         return "::".join(self.path(part) for part in parts)
 
     def _node(self, node: DeviceNode) -> DeviceNode:
-        return dataclasses.replace(node, host_path=self.path(node.host_path or node.path))
+        # Spelled out rather than dataclasses.replace, which is twice as slow: a claim
+        # spec of 2048 channels goes through here in Prepare.
+        return DeviceNode(
+            path=node.path,
+            host_path=self.path(node.host_path or node.path),
+            type=node.type,
+            major=node.major,
+            minor=node.minor,
+            file_mode=node.file_mode,
+            permissions=node.permissions,
+            uid=node.uid,
+            gid=node.gid,
+        )
 
     def _mount(self, mount: Mount) -> Mount:
         return dataclasses.replace(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import posixpath
 import random
 import stat
 import sys
@@ -26,6 +28,7 @@ from agent.cdispecs import (
     transform_spec,
     write_claim_spec,
 )
+from agent.cdispecs.simplify import path_order, simplify_edits
 from agent.discovery import CharDevice
 from cdi import (
     CDIError,
@@ -200,6 +203,48 @@ def test_claim_spec_dedupes_identical_entries():
     spec = claim_spec(UID, [("channel-0", edits)])
     assert spec is not None
     assert len(spec.devices[0].container_edits.device_nodes) == 2
+
+
+def _json_dedupe(items: list) -> list:
+    """The exact-duplicate rule as first written: equal JSON, keys sorted."""
+    seen, out = set(), []
+    for item in items:
+        key = json.dumps(item.to_dict(), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def test_dedupe_keys_agree_with_the_json_of_each_entry():
+    """Entries that differ in any one field are kept, equal ones dropped, as comparing
+    their JSON does."""
+    base = DeviceNode(path="/dev/a", host_path="/h", type="c", major=1, minor=2, file_mode=0o666,
+                      permissions="rw", uid=0, gid=0)  # fmt: skip
+    nodes = [base, dataclasses.replace(base)]
+    for f in dataclasses.fields(DeviceNode):
+        value = getattr(base, f.name)
+        changed = None if value == 0 and f.name in ("uid", "gid") else (
+            value + 1 if isinstance(value, int) else value + "x")  # fmt: skip
+        nodes += [dataclasses.replace(base, **{f.name: changed})] * 2
+    mount = Mount(host_path="/h", container_path="/c", options=["ro"], type="bind")
+    mounts = [mount, dataclasses.replace(mount, options=["ro"]),
+              dataclasses.replace(mount, type="")]  # fmt: skip
+    hook = Hook(hook_name="createContainer", path="/p", args=["a"], env=["A=1"], timeout=0)
+    hooks = [hook, dataclasses.replace(hook, args=["a"]), dataclasses.replace(hook, timeout=None)]
+    edits = simplify_edits(ContainerEdits(device_nodes=nodes, mounts=mounts, hooks=hooks))
+    assert sorted(edits.device_nodes, key=repr) == sorted(_json_dedupe(nodes), key=repr)
+    assert edits.mounts == _json_dedupe(mounts)
+    assert edits.hooks == _json_dedupe(hooks)
+    assert len(edits.device_nodes) == 1 + len(dataclasses.fields(DeviceNode))
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/a", "/a/", "//a", "///a", "/a//b", "/a/./b", "/a/../b", "/a/.b", "/.", "/..",
+             "/a/.", "a/b", "./a", "", "/dev/nvidia-caps-imex-channels/channel7"])  # fmt: skip
+def test_path_order_is_depth_then_normalised_path(path):
+    clean = posixpath.normpath(path) if path else path
+    assert path_order(path) == (clean.count("/"), clean)
 
 
 # --- daemon claims -----------------------------------------------------------------------
@@ -504,6 +549,16 @@ def test_transform_device_nodes_mounts_and_hooks():
             ("/driver-root/usr/bin/hook", ["/driver-root/x"]),
             ("/usr/bin/hook", ["a::/b"]),
         ]
+
+
+def test_transform_keeps_every_other_device_node_field():
+    """The transform copies nodes field by field: a field added to DeviceNode must be too."""
+    values = {f.name: f"/driver-root/{f.name}" if f.type == "str" else 7
+              for f in dataclasses.fields(DeviceNode)}  # fmt: skip
+    node = DeviceNode(**values)
+    out = DEFAULT.edits(ContainerEdits(device_nodes=[node])).device_nodes[0]
+    assert out == dataclasses.replace(node, host_path="/host_path")
+    assert out is not node
 
 
 def test_equal_roots_skip_the_transform_entirely():

@@ -812,3 +812,36 @@ def test_device_lookup_by_unqualified_name() -> None:
     assert spec.device(f"{DAEMON_CLAIM_UID}-daemon-0") is spec.devices[0]
     assert spec.device("nope") is None
     assert spec.kind == CLAIM_KIND
+
+
+_node_numbers = st.one_of(
+    st.none(), st.booleans(), st.floats(allow_nan=False), st.sampled_from([-(2**63) - 1, 2**64]),
+    st.integers(min_value=-(2**63), max_value=2**63),
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    path=st.sampled_from(["", "/dev/x", 5]),
+    type_=st.sampled_from(["", "c", "b", "x", None]),
+    perms=st.sampled_from(["", "rw", "rwm", "rwx", "mr", None]),
+    numbers=st.tuples(*[_node_numbers] * 5),
+)
+def test_quick_device_node_check_only_passes_what_the_full_check_passes(
+    path: Any, type_: Any, perms: Any, numbers: tuple[Any, ...]
+) -> None:
+    """validate.py skips the full, message-building check for nodes the quick one passes."""
+    from cdi.validate import _check_device_node, _plainly_valid_node
+
+    major, minor, mode, uid, gid = numbers
+    node = DeviceNode(path=path, type=type_, permissions=perms, major=major, minor=minor,
+                      file_mode=mode, uid=uid, gid=gid)  # fmt: skip
+    try:
+        full = True
+        _check_device_node("n", node)
+    except (CDIError, TypeError):
+        full = False
+    if _plainly_valid_node(node):
+        assert full
+    channel = DeviceNode(path="/dev/c7", type="c", major=234, minor=7, file_mode=0o666)
+    assert _plainly_valid_node(channel)
