@@ -124,6 +124,19 @@ class _OptimisticWriter:
                 return None
             raise
 
+    async def _create_or_lost(self, mutate: Callable[[Obj | None], Obj | None]) -> Obj | None:
+        """Create the object; None when a peer created it first (409 AlreadyExists, a
+        conflict: the caller reads the peer's and goes on)."""
+        try:
+            created = await self._create(mutate)
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+            self.conflicts += 1
+            return None
+        self.writes += 1
+        return created
+
     async def _jitter(self) -> None:
         await asyncio.sleep(self._rng.uniform(0, CONFLICT_JITTER_S))
 
@@ -138,15 +151,10 @@ class _OptimisticWriter:
                 if not create:
                     mutate(None)  # lets the caller raise for a missing object
                     return None
-                try:
-                    created = await self._create(mutate)
-                except client.ApiException as err:
-                    if err.status != 409:  # AlreadyExists: a peer won; read it and go on
-                        raise
-                    self.conflicts += 1
+                created = await self._create_or_lost(mutate)
+                if created is None:
                     obj = await self._read()
                     continue
-                self.writes += 1
                 return created
             new = mutate(copy.deepcopy(obj))
             if new is None:
@@ -390,15 +398,7 @@ class CliqueMembership(_OptimisticWriter):
         obj = await self._read()
         for _ in range(MAX_ATTEMPTS):
             if obj is None:
-                try:
-                    obj = await self._create(self._created_with_us)
-                except client.ApiException as err:
-                    if err.status != 409:  # AlreadyExists: a peer won; read it and go on
-                        raise
-                    self.conflicts += 1
-                    obj = await self._read()
-                    continue
-                self.writes += 1
+                obj = await self._create_or_lost(self._created_with_us) or await self._read()
                 continue
             self._check_ours(obj)
             try:
