@@ -13,8 +13,7 @@ peer left before it) is a 422; we re-read and patch again.
 
 Two daemons appending at once may pick the same free index. The list order the server
 committed decides, the same for every observer: the entry earlier in the list keeps the
-index, the later one takes a free one (each loser of a round a different one, from the
-top). Should an
+index, the later one takes a free one (each loser of a round a different one). Should an
 earlier entry's new index meet a later one's, the later one yields when its watch shows it
 (supervisor.py joins again), so every clique settles with unique indices. Readers
 (supervisor.py) take the first entry of an index meanwhile.
@@ -335,9 +334,10 @@ class CliqueMembership(_OptimisticWriter):
     def _index_for_loser(self, daemons: list[Obj], position: int) -> int:
         """A free index for our entry at `position`, whose index an earlier entry holds.
         Every entry that lost its index in this list takes a different free one: the one of
-        its rank among the losers counted from the largest free index down (they all see the
-        same list order). So losers of one round do not pick the same index, and they keep
-        clear of the smallest free indices that daemons joining meanwhile take."""
+        its rank among the losers (they all see the same list order), so losers of one round
+        do not all pick the same smallest free index and contest it again. Indices stay the
+        lowest free ones (the CRD's contract); a joiner that took the same one meanwhile is
+        settled by its watch (supervisor.py)."""
         held: set[int] = set()
         losers: list[int] = []
         for i, d in enumerate(daemons):
@@ -350,7 +350,7 @@ class CliqueMembership(_OptimisticWriter):
         free = [i for i in range(max(limit, 0)) if i not in held]
         rank = losers.index(position) if position in losers else 0
         if rank < len(free):
-            return free[len(free) - 1 - rank]
+            return free[rank]
         return self._free_index(daemons, skip=position)  # raises CliqueFullError if full
 
     def _join_ops(self, obj: Obj, ip: str) -> list[Obj] | None:

@@ -412,7 +412,7 @@ def _create_clique(k8s, daemons=None, owner_refs=None) -> None:
 
 def test_a_contested_index_goes_to_the_earlier_entry_in_place(k8s, project_crds):
     """Two daemons that appended at once with one index: the later entry takes a free index
-    (one write, in place, from the top); the earlier one keeps its index, unwritten."""
+    (one write, in place); the earlier one keeps its index and is not written."""
     a, b = member(k8s, "node-a"), member(k8s, "node-b")
     refs = [{"apiVersion": "v1", "kind": "Pod", "name": "daemon-node-a", "uid": a.pod_uid},
             {"apiVersion": "v1", "kind": "Pod", "name": "daemon-node-b", "uid": b.pod_uid}]
@@ -425,12 +425,12 @@ def test_a_contested_index_goes_to_the_earlier_entry_in_place(k8s, project_crds)
     async def scenario() -> None:
         assert await a.join("10.0.0.1") == 0
         assert a.writes == 0  # the earlier entry holds index 0: nothing to write
-        assert await b.join("10.0.0.2") == 17
+        assert await b.join("10.0.0.2") == 1
         assert b.writes == 1
 
     asyncio.run(scenario())
     assert [(d["nodeName"], d["index"]) for d in get_clique(k8s)["daemons"]] == [
-        ("node-a", 0), ("node-b", 17)]
+        ("node-a", 0), ("node-b", 1)]
 
 
 def test_losers_of_one_round_take_different_indices(k8s, project_crds):
@@ -441,8 +441,8 @@ def test_losers_of_one_round_take_different_indices(k8s, project_crds):
                    [{"apiVersion": "v1", "kind": "Pod", "name": m.pod_name, "uid": m.pod_uid}
                     for m in members])
     daemons = get_clique(k8s)["daemons"]
-    # Each loser computes from the same list, from the top down (max 18): no second contest.
-    assert [m._index_for_loser(daemons, i) for i, m in enumerate(members) if i] == [17, 16, 15]
+    # Each loser computes from the same list: indices 1, 2 and 3, no second contest.
+    assert [m._index_for_loser(daemons, i) for i, m in enumerate(members) if i] == [1, 2, 3]
 
 
 def test_a_clique_without_lists_is_joined_by_a_whole_update(k8s, project_crds):
