@@ -17,17 +17,39 @@ from agent.daemon.membership import (
     MembershipError,
     Obj,
     OnUpdate,
-    _apply_status,
     _deliver,
     _entry_index,
     _OptimisticWriter,
-    _without_own,
     smallest_free_index,
 )
 from api import names
 from api.kube import Informer, call_retrying
 
 log = logging.getLogger(__name__)
+
+
+def _apply_status(obj: Obj | None, entry: Obj | None, want: str, missing: str) -> Obj | None:
+    """The `set_status` mutation: raise `missing` if our entry is not listed, write
+    nothing if it already says `want`, else set it and return the object to write."""
+    if obj is None or entry is None:
+        raise MembershipError(missing)
+    if entry.get("status", names.STATUS_NOT_READY) == want:
+        return None
+    entry["status"] = want
+    return obj
+
+
+def _without_own(entries: list[Obj], key: str, node_name: str, ip: str | None) -> list[Obj] | None:
+    """The `leave` filter: `entries` less the one whose `key` is our node (and, once
+    joined, whose IP is ours); None when nothing was removed (no write)."""
+    keep = [
+        e
+        for e in entries
+        if not (e.get(key) == node_name and (ip is None or e.get("ipAddress") == ip))
+    ]
+    if len(keep) == len(entries):
+        return None
+    return keep
 
 
 class LegacyMembership(_OptimisticWriter):

@@ -176,30 +176,6 @@ def _entry_index(entry: Obj) -> int:
     return int(entry.get("index", 0))
 
 
-def _apply_status(obj: Obj | None, entry: Obj | None, want: str, missing: str) -> Obj | None:
-    """The shared `set_status` mutation: raise `missing` if our entry is not listed, write
-    nothing if it already says `want`, else set it and return the object to write."""
-    if obj is None or entry is None:
-        raise MembershipError(missing)
-    if entry.get("status", names.STATUS_NOT_READY) == want:
-        return None
-    entry["status"] = want
-    return obj
-
-
-def _without_own(entries: list[Obj], key: str, node_name: str, ip: str | None) -> list[Obj] | None:
-    """The shared `leave` filter: `entries` less the one whose `key` is our node (and, once
-    joined, whose IP is ours); None when nothing was removed (no write)."""
-    keep = [
-        e
-        for e in entries
-        if not (e.get(key) == node_name and (ip is None or e.get("ipAddress") == ip))
-    ]
-    if len(keep) == len(entries):
-        return None
-    return keep
-
-
 class CliqueMembership(_OptimisticWriter):
     """Our daemon's entry in the ComputeDomainClique `<cdUID>.<cliqueID>` in `namespace`."""
 
