@@ -182,6 +182,11 @@ async def watch_stream(
                 async with asyncio.timeout(wait):
                     event = await watcher.queue.get()
             except TimeoutError:
+                if not watcher.queue.empty():
+                    # The wait ran out just as an event arrived (a busy loop runs both in
+                    # one turn). A bookmark now would carry a version past that event, and
+                    # a client resuming from it after this watch ends would never get it.
+                    continue
                 if bookmarks:
                     mark = {
                         "kind": t.info.kind,

@@ -264,3 +264,64 @@ def test_restart_keeps_objects(apiserver, k8s):
     make(core, "survivor")
     apiserver.restart()
     assert core.read_namespaced_config_map("survivor", "default").metadata.name == "survivor"
+
+
+def test_bookmark_never_passes_an_event_still_queued(apiserver, k8s):
+    """A wait that runs out while an event is queued (both land in one turn of a busy
+    loop) must not send a bookmark past that event: a client resuming from the bookmark
+    after the watch ended would miss it for good."""
+    import asyncio
+
+    store = apiserver.server.store
+    stalled = threading.Event()
+
+    class StallOnce(asyncio.Queue):
+        """The first get is late: it sees the first event queued and keeps waiting, until
+        the watch's wait runs out with the event still in the queue."""
+
+        armed = True
+
+        async def get(self):
+            if self.armed:
+                while self.empty():
+                    await asyncio.sleep(0.01)
+                self.armed = False
+                stalled.set()
+                await asyncio.sleep(3600)
+            return await super().get()
+
+    def install():
+        real = store.watch
+
+        def watch_with_stall(key, namespace):
+            watcher = real(key, namespace)
+            if key[-1] == "configmaps":
+                watcher.queue = StallOnce()
+            return watcher
+
+        store.watch = watch_with_stall
+        apiserver.server._bookmark_interval = 10  # the one wait is the whole watch
+
+    apiserver.call(install)
+    core = client.CoreV1Api(k8s)
+    rv = core.list_namespaced_config_map("default").metadata.resource_version
+    seen: list[tuple[str, str, str]] = []
+
+    def consume(from_rv, timeout):
+        for e in watch.Watch(return_type="object").stream(
+            core.list_namespaced_config_map, "default", resource_version=from_rv,
+            allow_watch_bookmarks=True, timeout_seconds=timeout,
+        ):
+            md = e["object"]["metadata"]
+            seen.append((e["type"], md.get("name", ""), md["resourceVersion"]))
+
+    t = threading.Thread(target=consume, args=(rv, 1))
+    t.start()
+    time.sleep(0.1)
+    make(core, "late")
+    assert stalled.wait(5)
+    t.join(10)
+    # Resume from the last version the first watch reported, as an informer does.
+    last = seen[-1][2] if seen else rv
+    consume(last, 1)
+    assert ("ADDED", "late") in [(kind, name) for kind, name, _ in seen], seen
