@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -270,25 +271,26 @@ def test_bookmark_never_passes_an_event_still_queued(apiserver, k8s):
     """A wait that runs out while an event is queued (both land in one turn of a busy
     loop) must not send a bookmark past that event: a client resuming from the bookmark
     after the watch ended would miss it for good."""
-    import asyncio
-
     store = apiserver.server.store
     stalled = threading.Event()
 
     class StallOnce(asyncio.Queue):
-        """The first get is late: it sees the first event queued and keeps waiting, until
-        the watch's wait runs out with the event still in the queue."""
+        """The first get is late: it lets the first event sit in the queue until the
+        watch's wait runs out."""
 
         armed = True
 
         async def get(self):
             if self.armed:
-                while self.empty():
-                    await asyncio.sleep(0.01)
                 self.armed = False
+                await self._arrived.wait()
                 stalled.set()
                 await asyncio.sleep(3600)
             return await super().get()
+
+        def put_nowait(self, item):
+            super().put_nowait(item)
+            self._arrived.set()
 
     def install():
         real = store.watch
@@ -297,6 +299,7 @@ def test_bookmark_never_passes_an_event_still_queued(apiserver, k8s):
             watcher = real(key, namespace)
             if key[-1] == "configmaps":
                 watcher.queue = StallOnce()
+                watcher.queue._arrived = asyncio.Event()
             return watcher
 
         store.watch = watch_with_stall
@@ -317,7 +320,10 @@ def test_bookmark_never_passes_an_event_still_queued(apiserver, k8s):
 
     t = threading.Thread(target=consume, args=(rv, 1))
     t.start()
-    time.sleep(0.1)
+    # The change must reach the open watch's queue, not its opening replay.
+    deadline = time.monotonic() + 5
+    while apiserver.call(lambda: store.watcher_count) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
     make(core, "late")
     assert stalled.wait(5)
     t.join(10)
