@@ -202,14 +202,15 @@ class PluginApp:
     # --- stop ------------------------------------------------------------------------
 
     async def stop(self) -> None:
+        # The listening ports first: a stop cut short (cancelled) must not keep them.
+        for server in (self.health, self.metrics_server):
+            if server is not None:
+                await server.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for server in (self.health, self.metrics_server):
-            if server is not None:
-                await server.stop()
         if self.servers is not None:
             await self.servers.stop()
         if self.events is not None:  # after the last Prepare: flush its Events
@@ -246,15 +247,19 @@ async def run(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
             loop.add_signal_handler(sig, stop.set)
+    # Cleanup in `finally`: an in-process agent that does not stop within the kubelet's
+    # grace period is cancelled (sim/cluster/inprocess.py), often still starting, and its
+    # listening sockets must close with it, or the next instance cannot bind its ports.
     try:
-        await app.start()
-    except StartupError as err:
-        log.error("%s", err)
+        try:
+            await app.start()
+        except StartupError as err:
+            log.error("%s", err)
+            return 1
+        await stop.wait()
+        return 0
+    finally:
         await app.stop()
-        return 1
-    await stop.wait()
-    await app.stop()
-    return 0
 
 
 def checkpoint_summary(cp: Checkpoint) -> dict[str, int]:

@@ -193,6 +193,7 @@ class SimCluster:
             spec.verbosity,
             agent_env=spec.agent_env,
             controller_env=spec.controller_env,
+            in_process=spec.in_process,
         )
         self.namespace = _single(self.objects, "Namespace")["metadata"]["name"]
         self.accounts = _service_accounts(self.objects)

@@ -395,7 +395,9 @@ class InProcessAgent:
         task = self.task
         if task is None or not task.done():
             return None
-        return 1 if task.cancelled() or task.exception() else task.result()
+        if task.cancelled():
+            return KILLED
+        return 1 if task.exception() else task.result()
 
     async def start(self) -> None:
         if self.running:
@@ -433,7 +435,9 @@ class InProcessAgent:
     def _done(self, task: asyncio.Task[int]) -> None:
         if self._stream is None:
             return
-        if not task.cancelled() and (exc := task.exception()) is not None:
+        if task.cancelled():
+            self._stream.write("--- killed (cancelled: it did not stop in time)\n")
+        elif (exc := task.exception()) is not None:
             self._stream.write(f"agent failed: {exc!r}\n")
         self._stream.write(f"--- exited {self.returncode}\n")
         self._stream.close()

@@ -7,6 +7,11 @@ caller's `agent_env` and `controller_env` are merged over that (a test editing t
 DaemonSet or Deployment). What a node would give the containers that one machine cannot
 (their own network, the node's GPUs) comes from the sim's runtime instead
 (`sim.cluster.onemachine`), so manifests installed by anyone else run too.
+
+In the in-process scale mode (`sim/cluster/inprocess.py`) every agent shares one event
+loop and one GIL with the rest of the sim, so a late liveness answer measures the sim's
+load, not the agent's health: there the plugin's liveness probe tolerates
+`IN_PROCESS_LIVENESS_FAILURES` misses instead of three (a restart there would only add load).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from api import names
 
 Obj = dict[str, Any]
 
+IN_PROCESS_LIVENESS_FAILURES = 60
+
 
 def for_one_machine(
     objects: Sequence[Obj],
@@ -26,9 +33,14 @@ def for_one_machine(
     *,
     agent_env: Mapping[str, str],
     controller_env: Mapping[str, str],
+    in_process: bool = False,
 ) -> list[Obj]:
     """A copy of `objects` with the edits of the module doc."""
     out = copy.deepcopy(list(objects))
+    if in_process:
+        probe = _container(out, "DaemonSet").get("livenessProbe")
+        if probe is not None:
+            probe["failureThreshold"] = IN_PROCESS_LIVENESS_FAILURES
     agent = {
         names.ENV_GPU_CLIQUE_LABEL_ENABLED: "true",
         "CLEANUP_INTERVAL": "2s",

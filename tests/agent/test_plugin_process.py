@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -84,6 +86,66 @@ def test_health_and_metrics_endpoints(apiserver, cluster, short_dir, tmp_path):
         ) in text
     finally:
         agent.close()
+
+
+def test_a_cancelled_agent_closes_its_ports_for_the_next_one(
+    apiserver, cluster, short_dir, tmp_path
+):
+    """The in-process sim cancels an agent that outlives its grace period (its SIGKILL),
+    often while it still starts. Its health and metrics listeners must close with it:
+    the next agent on the node binds the same ports."""
+    from agent.plugin.app import run
+
+    health = metrics = 0
+    while health == metrics:
+        health, metrics = _free_port(), _free_port()
+    node = NodeEnv(
+        short_dir / "n",
+        extra_args=["--healthcheck-port", str(health), "--http-endpoint", f"127.0.0.1:{metrics}"],
+    )
+    config = node.config(apiserver.write_kubeconfig(tmp_path / "kc"))
+
+    async def serving(task: asyncio.Task) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            assert not task.done(), task.result()
+            assert time.monotonic() < deadline, "the agent did not open its ports"
+            try:
+                for port in (health, metrics):
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    await writer.wait_closed()
+                return
+            except OSError:
+                await asyncio.sleep(0.05)
+
+    async def main() -> int:
+        for _ in range(2):  # cancelled while it starts, then once it serves
+            for wait in (False, True):
+                task = asyncio.create_task(run(config, asyncio.Event()))
+                if wait:
+                    await serving(task)
+                else:
+                    await asyncio.sleep(0)
+                task.cancel()
+                await asyncio.wait([task])
+                assert task.cancelled()
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(config, stop))
+        await serving(task)
+        stop.set()
+        return await task
+
+    assert asyncio.run(main()) == 0
+    for port in (health, metrics):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return int(sock.getsockname()[1])
 
 
 def test_a_reference_written_checkpoint_is_honoured(apiserver, cluster, short_dir, tmp_path):
