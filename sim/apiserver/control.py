@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from sim.apiserver import errors
 from sim.apiserver.listwatch import json_response
 from sim.apiserver.store import Store
+
+if TYPE_CHECKING:
+    from sim.apiserver.server import ApiServer
 
 
 @dataclass
@@ -98,3 +101,30 @@ def control(
             }
         )
     raise errors.ApiError(404, "NotFound", f"unknown control endpoint {request.path}")
+
+
+def operate(server: ApiServer, op: str, args: dict[str, Any]) -> Any:
+    """What the sim asks of its emulator, in the thread or process that runs it
+    (`ServerThread.op`, `sim.apiserver.process.ServerProcess.op`): the counters, the
+    fault knobs, dropping watches, compaction, and registering a user's token. Results are
+    plain JSON values, so the same call works across a process boundary."""
+    if op == "users":
+        return server.stats.users()
+    if op == "requests":
+        return dict(server.stats.requests)
+    if op == "faults":
+        server.faults.error_rate = float(args.get("rate", 0.0))
+        server.faults.error_code = int(args.get("code", 500))
+        return None
+    if op == "close_watches":
+        return server.store.close_watches()
+    if op == "compact":
+        server.store.compact()
+        return server.store.resource_version
+    if op == "add_user":
+        if server.authenticator is None:
+            raise ValueError("this emulator has no token authenticator")
+        server.authenticator.add_user(str(args["token"]), str(args["name"]),
+                                      [str(g) for g in args.get("groups") or ()])
+        return None
+    raise ValueError(f"unknown emulator operation {op!r}")

@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sim.apiserver.control import operate
 from sim.apiserver.kubeconfig import write_kubeconfig
 from sim.apiserver.server import ApiServer
 
@@ -57,6 +58,14 @@ class ServerThread:
             return fn()
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+
+    def op(self, operation: str, /, **args: Any) -> Any:
+        """`sim.apiserver.control.operate` on the server's loop (as `ServerProcess.op`)."""
+        return self.call(lambda: operate(self.server, operation, args))
+
+    @property
+    def tls_port(self) -> int:
+        return self.server.tls_port
 
     def run(self, coro: Any, timeout: float = 30) -> Any:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)

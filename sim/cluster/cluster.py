@@ -55,6 +55,7 @@ from kubernetes import client
 
 from api import draconvert, names
 from api.kube import call, call_retrying
+from sim.apiserver.process import ServerProcess
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
 from sim.cluster.hostimex import HostImex
@@ -197,8 +198,10 @@ class SimCluster:
         )
         self.namespace = _single(self.objects, "Namespace")["metadata"]["name"]
         self.accounts = _service_accounts(self.objects)
-        self.control_plane: ControlPlane = _control_plane(spec.control_plane, self.root,
-                                                      tuple(spec.resource_versions))
+        self.control_plane: ControlPlane = _control_plane(
+            spec.control_plane, self.root, tuple(spec.resource_versions),
+            own_process=spec.in_process,
+        )  # fmt: skip
         self.admin: client.ApiClient | None = None
         self.kubeconfigs: dict[str, Path] = {}
         self.nodes: dict[str, SimNode] = {}
@@ -224,8 +227,9 @@ class SimCluster:
         return self.control_plane.admin.server
 
     @property
-    def server(self) -> ServerThread | None:
-        """The emulator (its fault knobs and store), or None on the upstream control plane."""
+    def server(self) -> ServerThread | ServerProcess | None:
+        """The emulator (`op`: its counters and fault knobs), or None on the upstream
+        control plane."""
         return getattr(self.control_plane, "server", None)
 
     def server_version(self) -> str:
@@ -514,7 +518,10 @@ class SimCluster:
         return out + ([self.controller] if self.controller.pid is not None else [])
 
 
-def _control_plane(kind: str, root: Path, resource_versions: tuple[str, ...]) -> ControlPlane:
+def _control_plane(
+    kind: str, root: Path, resource_versions: tuple[str, ...], *, own_process: bool = False
+) -> ControlPlane:
+    """`own_process`: the emulator serves from a child process (the scale mode's)."""
     if kind == KUBERNETES:
         from sim.controlplane.upstream import KubernetesControlPlane
 
@@ -523,7 +530,9 @@ def _control_plane(kind: str, root: Path, resource_versions: tuple[str, ...]) ->
         return KubernetesControlPlane(root / "control-plane", apiserver_flags=flags)
     from sim.controlplane.emulator import EmulatorControlPlane
 
-    return EmulatorControlPlane(root / "control-plane", resource_versions=resource_versions)
+    return EmulatorControlPlane(
+        root / "control-plane", own_process=own_process, resource_versions=resource_versions
+    )
 
 
 def _single(objects: Sequence[Obj], kind: str) -> Obj:

@@ -322,7 +322,8 @@ async def user_stats(cluster: SimCluster) -> dict[str, dict[str, int]] | None:
     server = cluster.server
     if server is None:
         return None
-    return await asyncio.to_thread(server.call, server.server.stats.users)
+    users: dict[str, dict[str, int]] = await asyncio.to_thread(server.op, "users")
+    return users
 
 
 def driver_traffic(

@@ -9,6 +9,11 @@ the kubelets' HTTPS API for `kubectl logs` and `exec` with a client certificate 
 The actors a real kube-controller-manager and kube-scheduler would be (the
 ResourceClaim controller, the DRA scheduler, the DaemonSet, Deployment, ReplicaSet and Job
 controllers) run on the caller's event loop as the admin.
+
+The emulator itself serves from a thread of this process (`ServerThread`: tests reach
+into its store), or with `own_process=True` from a process of its own
+(`sim.apiserver.process`), as the sim's scale mode runs it so that API answers do not
+wait on the GIL the in-process nodes share. Both answer the same operations (`op`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from api.draclient import pick_version
 from sim.apiserver.authn import ADMIN, TokenAuthenticator
 from sim.apiserver.discovery import SERVER_VERSION
+from sim.apiserver.process import ServerProcess
 from sim.apiserver.runner import ServerThread
 from sim.cluster.claims import ClaimController
 from sim.cluster.processes import ManagedProcess
@@ -44,10 +50,11 @@ class EmulatorControlPlane:
 
     kind = EMULATOR
 
-    def __init__(self, root: Path, **server_kwargs: Any) -> None:
+    def __init__(self, root: Path, *, own_process: bool = False, **server_kwargs: Any) -> None:
         self.root = Path(root)
+        self.own_process = own_process
         self.server_kwargs = server_kwargs
-        self.server: ServerThread | None = None
+        self.server: ServerThread | ServerProcess | None = None
         self.actors: list[Any] = []
         self._admin: Credentials | None = None
         self._admin_client: Any = None
@@ -74,19 +81,33 @@ class EmulatorControlPlane:
         auth.add_admin(token)
         pki = self.pki = await asyncio.to_thread(ClusterPKI, self.root / "pki")
         serving = pki.apiserver_serving(["127.0.0.1"])
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(str(serving.cert), str(serving.key))
         kubelet_client = pki.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client")
-        self.server = await asyncio.to_thread(
-            lambda: ServerThread(
-                authenticator=auth,
-                root_ca_pem=pki.ca_pem.decode(),
-                kubelet_client=(
-                    str(pki.ca.cert), str(kubelet_client.cert), str(kubelet_client.key)
-                ),
-                **self.server_kwargs,
-            ).start(tls=tls)
-        )
+        kubelet = (str(pki.ca.cert), str(kubelet_client.cert), str(kubelet_client.key))
+        if self.own_process:
+            unknown = set(self.server_kwargs) - {"resource_versions"}
+            if unknown:
+                raise ValueError(f"the emulator's own process takes no {sorted(unknown)}")
+            process = ServerProcess(
+                self.root / "apiserver.log",
+                adminToken=token,
+                tlsCert=str(serving.cert),
+                tlsKey=str(serving.key),
+                rootCaPem=pki.ca_pem.decode(),
+                kubeletClient=list(kubelet),
+                resourceVersions=list(self.server_kwargs.get("resource_versions", ("v1",))),
+            )
+            self.server = await asyncio.to_thread(process.start)
+        else:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(str(serving.cert), str(serving.key))
+            self.server = await asyncio.to_thread(
+                lambda: ServerThread(
+                    authenticator=auth,
+                    root_ca_pem=pki.ca_pem.decode(),
+                    kubelet_client=kubelet,
+                    **self.server_kwargs,
+                ).start(tls=tls)
+            )
         self._admin = Credentials(self.server.url, token=token)
         self._admin_client = self._admin.api_client()
         if install is not None:
@@ -126,9 +147,7 @@ class EmulatorControlPlane:
         server = self.server
         assert server is not None, "the control plane is not started"
         token = secrets.token_hex(16)
-        authn = server.server.authenticator
-        assert authn is not None
-        server.call(lambda: authn.add_user(token, name, groups))
+        server.op("add_user", token=token, name=name, groups=list(groups))
         return self.admin.with_token(token)
 
     def kubelet_tls(self, node: str, address: str) -> ssl.SSLContext | None:
@@ -140,7 +159,7 @@ class EmulatorControlPlane:
 
     def in_cluster(self) -> InCluster:
         assert self.server is not None and self.pki is not None, "the control plane is not started"
-        return InCluster("127.0.0.1", self.server.server.tls_port, self.pki.ca_pem.decode())
+        return InCluster("127.0.0.1", self.server.tls_port, self.pki.ca_pem.decode())
 
     def server_version(self) -> str:
         return str(SERVER_VERSION["gitVersion"])
@@ -149,10 +168,12 @@ class EmulatorControlPlane:
         server = self.server
         if server is None:
             return {}
-        return server.call(lambda: {u: dict(v) for u, v in server.server.stats.by_user.items()})
+        users: dict[str, dict[str, int]] = server.op("users")
+        return {u: {k: v for k, v in c.items() if not k.startswith("watch")}
+                for u, c in users.items()}
 
     def processes(self) -> list[ManagedProcess]:
-        return []  # the emulator and its actors run in this process
+        return []  # the actors run in this process; the emulator in it or in a child
 
     def log_tail(self) -> str:
         return ""

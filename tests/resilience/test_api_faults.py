@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from typing import Any
 
 from kubernetes import client
 from scenario_env import delete_until_clean, ready, run_scenario, snapshot
@@ -77,25 +78,25 @@ async def chaos(cluster: SimCluster, stop: asyncio.Event) -> dict[str, int]:
     """Toggle 429/500 at 5 %, drop every watch every 2 s, compact every 5 s."""
     if cluster.spec.control_plane == KUBERNETES:
         return await upstream_chaos(cluster, stop)
-    assert cluster.server is not None
-    thread, server = cluster.server, cluster.server.server
+    server = cluster.server
+    assert server is not None
     done = collections.Counter()
 
-    def faults(code: int, rate: float) -> None:
-        server.faults.error_rate, server.faults.error_code = rate, code
+    async def op(name: str, **args: object) -> Any:
+        return await asyncio.to_thread(server.op, name, **args)
 
     tick = 0
     while not stop.is_set():
-        thread.call(lambda code=(429, 500)[tick % 2]: faults(code, 0.05))
+        await op("faults", code=(429, 500)[tick % 2], rate=0.05)
         if tick % 4 == 0:
-            done["watches closed"] += thread.call(server.store.close_watches)
+            done["watches closed"] += await op("close_watches")
         if tick % 10 == 0:
-            thread.call(server.store.compact)
+            await op("compact")
             done["compactions"] += 1
         tick += 1
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.5)
-    thread.call(lambda: faults(500, 0.0))
+    await op("faults", code=500, rate=0.0)
     return dict(done)
 
 
@@ -119,7 +120,8 @@ def test_twenty_node_bring_up_converges_through_api_faults(short_dir, control_pl
             print(f"faults: {done}; 429s from priority and fairness: {rejected}")
         else:
             assert done["watches closed"] > 0 and done["compactions"] >= 1, done
-            errors = cluster.server.call(lambda: dict(cluster.server.server.stats.requests))
+            assert cluster.server is not None
+            errors = cluster.server.op("requests")
             assert sum(errors.values()) > 0
         uid = observed.uid
 
