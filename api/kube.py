@@ -131,6 +131,11 @@ class Informer:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def stopped(self) -> bool:
+        """Asked to stop: its thread ends at the watch's next event, delivering nothing."""
+        return self._stop.is_set()
+
     # --- loop side ---------------------------------------------------------------------
 
     def _replace(self, items: list[dict[str, Any]]) -> None:

@@ -76,6 +76,8 @@ class PluginApp:
         self.metrics_server: MetricsServer | None = None
         self.events: EventRecorder | None = None
         self.labels: NodeLabelKeeper | None = None
+        self._closing: asyncio.Future[Any] | None = None
+        self._closing_kubelet: asyncio.Future[Any] | None = None
 
     # --- start -----------------------------------------------------------------------
 
@@ -202,28 +204,72 @@ class PluginApp:
     # --- stop ------------------------------------------------------------------------
 
     async def stop(self) -> None:
-        # The listening ports first: a stop cut short (cancelled) must not keep them.
-        for server in (self.health, self.metrics_server):
-            if server is not None:
-                await server.stop()
+        """Close everything; a stop cut short (cancelled: the in-process sim's SIGKILL)
+        still ends every loop and watch thread of this agent, in the `finally`."""
+        try:
+            await self._stop()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            if self.slices is not None:
+                self.slices.cancel()
+            if self.cluster is not None:
+                self.cluster.stop()
+            # Not even a cancel may leave a socket open: the next agent on this node binds
+            # the same ports.
+            await _through_cancel(self._closing_listeners())
+            await _through_cancel(self._closing_kubelet_servers())
+
+    def _closing_listeners(self) -> asyncio.Future[Any]:
+        """The health and metrics servers' stop, started once, as a task of its own: a
+        cancelled stop does not cut it short."""
+        if self._closing is None:
+            servers = [s for s in (self.health, self.metrics_server) if s is not None]
+            self._closing = asyncio.ensure_future(asyncio.gather(*(s.stop() for s in servers)))
+        return self._closing
+
+    def _closing_kubelet_servers(self) -> asyncio.Future[Any]:
+        """The kubelet's gRPC servers' stop, started once (as `_closing_listeners`)."""
+        if self._closing_kubelet is None:
+            servers = self.servers
+            self._closing_kubelet = asyncio.ensure_future(
+                servers.stop() if servers is not None else asyncio.sleep(0))
+        return self._closing_kubelet
+
+    async def _stop(self) -> None:
+        await asyncio.shield(self._closing_listeners())  # the listening ports first
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.servers is not None:
-            await self.servers.stop()
+        await asyncio.shield(self._closing_kubelet_servers())
         if self.events is not None:  # after the last Prepare: flush its Events
             await self.events.close()
         if self.slices is not None:
             await self.slices.stop()
-        if self.cluster is not None:
-            if self.config.gpu_clique_label and self.clique is not None and self.clique.value:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(5):
-                        await self.cluster.node.set_clique_label(None)
-            self.cluster.stop()
+        clique = self.clique
+        if self.cluster is not None and self.config.gpu_clique_label and clique and clique.value:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await self.cluster.node.set_clique_label(None)
         log.info("shutdown")
+
+
+async def _through_cancel(future: asyncio.Future[Any]) -> None:
+    """Wait for `future` to finish even if this task is cancelled meanwhile; the cancel
+    is raised afterwards."""
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(future)
+            break
+        except asyncio.CancelledError:
+            if future.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def _nvml_source(cfg: PluginConfig) -> NvmlSource:

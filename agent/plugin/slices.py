@@ -125,17 +125,20 @@ class SlicePublisher:
             seen = self._watch.version
             self.kick()
 
-    async def stop(self) -> None:
+    def cancel(self) -> None:
+        """End the watch and the loops without waiting for them (a stop cut short)."""
         if self._watch is not None:
             self._watch.stop()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._watch_task, self._task):
+            if task is not None:
+                task.cancel()
+
+    async def stop(self) -> None:
+        self.cancel()
+        for task in (self._watch_task, self._task):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _run(self) -> None:
         while True:

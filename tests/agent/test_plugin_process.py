@@ -94,7 +94,7 @@ def test_a_cancelled_agent_closes_its_ports_for_the_next_one(
     """The in-process sim cancels an agent that outlives its grace period (its SIGKILL),
     often while it still starts. Its health and metrics listeners must close with it:
     the next agent on the node binds the same ports."""
-    from agent.plugin.app import run
+    from agent.plugin.app import PluginApp, run
 
     health = metrics = 0
     while health == metrics:
@@ -130,6 +130,15 @@ def test_a_cancelled_agent_closes_its_ports_for_the_next_one(
                 task.cancel()
                 await asyncio.wait([task])
                 assert task.cancelled()
+        # Cancelled in the middle of its graceful stop: the ports close and the watch
+        # threads are told to end all the same.
+        app = PluginApp(config)
+        await app.start()
+        stopping = asyncio.create_task(app.stop())
+        await asyncio.sleep(0)
+        stopping.cancel()
+        await asyncio.wait([stopping])
+        assert app.cluster is not None and app.cluster.node_object.stopped
         stop = asyncio.Event()
         task = asyncio.create_task(run(config, stop))
         await serving(task)
