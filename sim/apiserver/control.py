@@ -41,6 +41,8 @@ class Stats:
     by_user: dict[str, dict[str, int]] = field(default_factory=dict)
     # user name -> "watchEvents" / "watchBytes": what that user's watches were sent.
     watch_by_user: dict[str, dict[str, int]] = field(default_factory=dict)
+    # user name -> writes of Events among its writes: a report can set them aside.
+    event_writes_by_user: dict[str, int] = field(default_factory=dict)
 
     def count(self, verb: str, user: str = "") -> None:
         self.requests[verb] = self.requests.get(verb, 0) + 1
@@ -58,11 +60,18 @@ class Stats:
         mine["watchEvents"] += events
         mine["watchBytes"] += nbytes
 
+    def event_write(self, user: str) -> None:
+        """One of `user`'s writes (counted by `count` too) was to an Event."""
+        self.event_writes_by_user[user] = self.event_writes_by_user.get(user, 0) + 1
+
     def users(self) -> dict[str, dict[str, int]]:
-        """user -> verb counts and, for users who watched, watchEvents and watchBytes."""
+        """user -> verb counts and, for users who watched, watchEvents and watchBytes; for
+        users who wrote Events, eventWrites (of their create/update/patch/delete)."""
         out = {user: dict(verbs) for user, verbs in self.by_user.items()}
         for user, sent in self.watch_by_user.items():
             out.setdefault(user, {}).update(sent)
+        for user, writes in self.event_writes_by_user.items():
+            out.setdefault(user, {})["eventWrites"] = writes
         return out
 
 

@@ -485,6 +485,8 @@ class ApiServer:
             self.stats.count("list", who)
             return list_response(request, t, self.store)
         body = await self._body(request) if method in ("POST", "PUT", "PATCH", "DELETE") else None
+        if t.info.kind == "Event" and not t.subresource:
+            self.stats.event_write(who)
         directive = q.get("fieldValidation", "Warn") or "Warn"
         if directive not in FIELD_VALIDATION:
             raise errors.bad_request(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import shutil
 import tempfile
@@ -57,6 +58,8 @@ class DemoResult:
     server_version: str | None = None
     # What one daemon join cost the API server (emulator only; None upstream).
     per_join: Obj | None = None
+    # Clique entries that went Ready -> NotReady before the domains were ready.
+    readiness_flaps: int | None = None
 
     def to_dict(self) -> Obj:
         return {
@@ -68,6 +71,7 @@ class DemoResult:
             "computeDomains": [c.to_dict() for c in self.chains],
             "time_to_ready_s": self.time_to_ready_s,
             "per_join": self.per_join,
+            "readiness_flaps": self.readiness_flaps,
             "cleanup": {
                 "ok": self.ok or not self.leftovers,
                 "seconds": self.cleanup_s,
@@ -212,15 +216,39 @@ def _key(obj: Obj) -> str:
     return f"{md.get('namespace', '')}/{md.get('name', '')}"
 
 
+class ReadinessFlaps:
+    """Counts clique entries that went from Ready to NotReady: each such flap is a
+    readiness change the workloads of that node see and a write on the shared clique."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._last: dict[tuple[str, str], str] = {}
+
+    def observe(self, clique: Obj) -> None:
+        name = str((clique.get("metadata") or {}).get("name", ""))
+        for entry in clique.get("daemons") or ():
+            key, status = (name, str(entry.get("nodeName", ""))), str(entry.get("status", ""))
+            if self._last.get(key) == names.STATUS_READY and status != names.STATUS_READY:
+                self.count += 1
+            self._last[key] = status
+
+
 class ClusterWatch:
     """What a Snapshot holds, kept by six admin informers (list once, then watch) instead
-    of six full LISTs per look: `snapshot()` reads their caches, `changed()` waits."""
+    of six full LISTs per look: `snapshot()` reads their caches, `changed()` waits. It
+    also counts readiness flaps of clique entries (`flaps`)."""
 
     def __init__(self, api: client.ApiClient, driver_namespace: str) -> None:
         self.api = api
         self.driver_namespace = driver_namespace
         self.informers: dict[str, Informer] = {}
+        self.flaps = ReadinessFlaps()
         self._change = asyncio.Event()
+
+    def _on_change(self, source: str, obj: Obj) -> None:
+        if source == "cliques":
+            self.flaps.observe(obj)
+        self._change.set()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -251,7 +279,7 @@ class ClusterWatch:
         for name, (list_fn, convert_model, convert) in sources.items():
             informer = Informer(
                 loop, list_fn, _key, f"demo-{name}", to_dict=convert_model,
-                on_change=lambda _obj: self._change.set(), convert=convert,
+                on_change=functools.partial(self._on_change, name), convert=convert,
             )  # fmt: skip
             self.informers[name] = informer
             informer.start()
@@ -332,8 +360,9 @@ def driver_traffic(
     accounts: Mapping[str, str],
     namespace: str,
 ) -> dict[str, dict[str, int]]:
-    """role -> writes (create/update/patch/delete), 409 conflicts, watch events and watch
-    bytes of its ServiceAccount between two byUser snapshots."""
+    """role -> writes (create/update/patch/delete, Events aside), writes of Events, 409
+    conflicts, watch events and watch bytes of its ServiceAccount between two byUser
+    snapshots."""
     out: dict[str, dict[str, int]] = {}
     for role, account in accounts.items():
         user = f"system:serviceaccount:{namespace}:{account}"
@@ -343,7 +372,8 @@ def driver_traffic(
             return b.get(counter, 0) - a.get(counter, 0)
 
         out[role] = {
-            "writes": sum(delta(v) for v in WRITES),
+            "writes": sum(delta(v) for v in WRITES) - delta("eventWrites"),
+            "eventWrites": delta("eventWrites"),
             "conflicts": delta("conflict"),
             "watchEvents": delta("watchEvents"),
             "watchBytes": delta("watchBytes"),
@@ -364,6 +394,7 @@ def per_join(traffic: Mapping[str, Mapping[str, int]], daemons: int) -> Obj:
     return {
         "daemons": daemons,
         "api_writes": figure("writes", 2),
+        "event_writes": figure("eventWrites", 2),
         "conflicts": figure("conflicts", 2),
         "watch_events": figure("watchEvents", 1),
         "watch_bytes": figure("watchBytes", None),
@@ -461,6 +492,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         result.time_to_ready_s = round(
             await wait_ready(cluster, chains, opts.timeout, watch=watch), 3
         )
+        result.readiness_flaps = watch.flaps.count
         after = await user_stats(cluster)
         if before is not None and after is not None:
             traffic = driver_traffic(before, after, cluster.accounts, cluster.namespace)
@@ -521,6 +553,8 @@ def render_text(result: DemoResult) -> str:
         lines.append(f"time to ready: {result.time_to_ready_s:.2f}s")
     if result.per_join is not None:
         lines.append(_render_join(result.per_join))
+    if result.readiness_flaps is not None:
+        lines.append(f"readiness flaps (Ready -> NotReady) until ready: {result.readiness_flaps}")
     if result.cleanup_s is not None and not result.leftovers:
         lines.append(
             f"cleanup: nothing left (objects, node labels, finalizers, CDI files, processes)"
@@ -539,7 +573,8 @@ def _render_join(join: Obj) -> str:
     writes, conflicts = join["api_writes"], join["conflicts"]
     parts = ", ".join(f"{k} {v}" for k, v in writes.items() if k != "total")
     return (
-        f"per daemon join ({join['daemons']}): {writes['total']} driver API writes ({parts}),"
+        f"per daemon join ({join['daemons']}): {writes['total']} driver API writes ({parts})"
+        f" and {join['event_writes']['total']} of Events,"
         f" {conflicts['total']} conflicts, {join['watch_events']['total']} watch events"
         f" / {join['watch_bytes']['total'] / 1024:.1f} KiB streamed to the driver"
     )

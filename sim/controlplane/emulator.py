@@ -169,8 +169,8 @@ class EmulatorControlPlane:
         if server is None:
             return {}
         users: dict[str, dict[str, int]] = server.op("users")
-        return {u: {k: v for k, v in c.items() if not k.startswith("watch")}
-                for u, c in users.items()}
+        extra = ("watchEvents", "watchBytes", "eventWrites")  # not request verbs
+        return {u: {k: v for k, v in c.items() if k not in extra} for u, c in users.items()}
 
     def processes(self) -> list[ManagedProcess]:
         return []  # the actors run in this process; the emulator in it or in a child

@@ -26,10 +26,17 @@ def test_writes_and_conflicts_are_counted_per_user() -> None:
             other.replace_namespaced_config_map("a", "default", cm)  # stale: a 409
         assert err.value.status == 409
         other.list_namespaced_config_map("default")
+        # Writes of Events count as writes and, besides, as eventWrites (set aside by reports).
+        event = {"metadata": {"name": "e"}, "involvedObject": {"kind": "ConfigMap", "name": "a"},
+                 "reason": "Test", "message": "m"}  # fmt: skip
+        other.create_namespaced_event("default", event)
+        other.patch_namespaced_event("e", "default", {"message": "again"})
         with urllib.request.urlopen(f"{thread.url}/_sim/stats") as response:
             stats = json.loads(response.read())
         assert stats["byUser"]["kubernetes-admin"] == {"create": 1, "update": 1}
-        assert stats["byUser"]["alice"] == {"update": 1, "conflict": 1, "list": 1}
+        assert stats["byUser"]["alice"] == {
+            "update": 1, "conflict": 1, "list": 1, "create": 1, "patch": 1, "eventWrites": 2,
+        }  # fmt: skip
         assert stats["conflicts"] == 1
     finally:
         thread.close()

@@ -9,7 +9,7 @@ from kubernetes import client
 
 from api import names
 from sim.apiserver.runner import ServerThread
-from sim.cluster.demo import ClusterWatch, driver_traffic, per_join
+from sim.cluster.demo import ClusterWatch, ReadinessFlaps, driver_traffic, per_join
 
 ACCOUNTS = {"controller": "ctl", "agent": "plugin", "daemon": "imex"}
 
@@ -23,18 +23,35 @@ def test_driver_traffic_per_join() -> None:
     after = {
         _user("ctl"): {"create": 3, "patch": 1, "list": 9, "watchEvents": 30, "watchBytes": 5000},
         _user("plugin"): {"update": 4, "conflict": 2, "get": 7},
-        _user("imex"): {"patch": 2, "delete": 2, "watchEvents": 4, "watchBytes": 800},
+        _user("imex"): {
+            "create": 3,
+            "patch": 2,
+            "delete": 2,
+            "eventWrites": 3,
+            "watchEvents": 4,
+            "watchBytes": 800,
+        },
         "someone-else": {"create": 100},
     }
     traffic = driver_traffic(before, after, ACCOUNTS, "drv")
+    def row(writes: int, events: int, conflicts: int, watched: int, nbytes: int) -> dict:
+        return {
+            "writes": writes,
+            "eventWrites": events,
+            "conflicts": conflicts,
+            "watchEvents": watched,
+            "watchBytes": nbytes,
+        }
+
     assert traffic == {
-        "controller": {"writes": 3, "conflicts": 0, "watchEvents": 20, "watchBytes": 4000},
-        "agent": {"writes": 4, "conflicts": 2, "watchEvents": 0, "watchBytes": 0},
-        "daemon": {"writes": 4, "conflicts": 0, "watchEvents": 4, "watchBytes": 800},
+        "controller": row(3, 0, 0, 20, 4000),
+        "agent": row(4, 0, 2, 0, 0),
+        "daemon": row(4, 3, 0, 4, 800),
     }
     join = per_join(traffic, 2)
     assert join["daemons"] == 2
     assert join["api_writes"] == {"total": 5.5, "controller": 1.5, "agent": 2.0, "daemon": 2.0}
+    assert join["event_writes"] == {"total": 1.5, "controller": 0.0, "agent": 0.0, "daemon": 1.5}
     assert join["conflicts"]["total"] == 1.0
     assert join["watch_events"]["total"] == 12.0
     assert join["watch_bytes"] == {"total": 2400, "controller": 2000, "agent": 0, "daemon": 400}
@@ -79,3 +96,22 @@ def test_cluster_watch_sees_changes_without_listing(
             watch.stop()
 
     asyncio.run(main())
+
+
+def test_readiness_flaps_count_ready_to_not_ready_per_entry() -> None:
+    def clique(name: str, *statuses: tuple[str, str]) -> dict:
+        return {
+            "metadata": {"name": name},
+            "daemons": [{"nodeName": n, "status": s} for n, s in statuses],
+        }
+
+    flaps = ReadinessFlaps()
+    flaps.observe(clique("a", ("n1", "NotReady"), ("n2", "NotReady")))  # joining: no flap
+    flaps.observe(clique("a", ("n1", "Ready"), ("n2", "NotReady")))
+    flaps.observe(clique("b", ("n1", "NotReady")))  # another clique's n1
+    assert flaps.count == 0
+    flaps.observe(clique("a", ("n1", "NotReady"), ("n2", "Ready")))
+    assert flaps.count == 1
+    flaps.observe(clique("a", ("n1", "Ready"), ("n2", "Ready")))
+    flaps.observe(clique("a", ("n1", "Ready")))  # n2 left: not a flap
+    assert flaps.count == 1
