@@ -1,10 +1,11 @@
 """Time to ready of a driver-managed ComputeDomain of 18, 72 and 144 nodes (1, 4, 8 cliques).
 
 The simulated cluster in in-process mode (one process: the node agents, the IMEX daemon
-containers and the fake `nvidia-imex`, whose start takes 0.5 s; the controller is its own
-process). One workload pod per node, all in one ComputeDomain. Reported: the time from the
-workload claims being allocated to every workload container seeing its channel, and the
-driver's API writes and 409 conflicts per daemon join, beside the reference driver's
+containers and the fake `nvidia-imex`, whose start takes 0.5 s; the controller and the API
+emulator are processes of their own). One workload pod per node, all in one ComputeDomain.
+Reported: the time from the workload claims being allocated to every workload container
+seeing its channel, the driver's API writes (Events apart) and 409 conflicts per daemon
+join, readiness flaps, and the CPU-seconds of each process, beside the reference driver's
 published figures for the same shapes. The bench watches the cluster (sim/cluster/demo.py
 ClusterWatch) rather than polling LISTs, so it costs little of the CPU it measures; it also
 reports the watch bytes the API server streamed to the driver per daemon join.
@@ -62,6 +63,7 @@ async def one(nodes: int, cliques: int, timeout: float) -> dict:
         watch = ClusterWatch(cluster.admin, cluster.namespace)
         await watch.start()
         before = await user_stats(cluster)
+        cpu = ProcessCpu(cluster)
         await create_objects(cluster.admin, objects)
         chain = EvidenceChain(
             NAMESPACE, "bench", driver_namespace=cluster.namespace, host_managed=False,
@@ -71,6 +73,7 @@ async def one(nodes: int, cliques: int, timeout: float) -> dict:
             await wait_ready(cluster, [chain], timeout, watch=watch)
         finally:
             watch.stop()
+        cpu_s = cpu.seconds()
         after = await user_stats(cluster)
         assert before is not None and after is not None  # the emulator keeps stats
         rss = psutil.Process().memory_info().rss / 2**20
@@ -81,15 +84,41 @@ async def one(nodes: int, cliques: int, timeout: float) -> dict:
         left = await wait_clean(cluster, [chain.uid], [NAMESPACE], 120)
         return {
             "start": start_s, "allocated": allocated, "ready": ready, "counts": counts,
-            "rss": rss, "clean": not left,
+            "rss": rss, "clean": not left, "cpu": cpu_s, "flaps": watch.flaps.count,
         }  # fmt: skip
     finally:
         await cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
+class ProcessCpu:
+    """CPU-seconds of the sim's processes from now on: this one (the sim's kubelets,
+    scheduler and controllers with the in-process agents, IMEX daemons and fake IMEX: in
+    one process they cannot be told apart), the emulator's own process, and the driver's
+    controller process."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        server = cluster.server
+        pids = {
+            "sim + in-process agents and daemons": psutil.Process().pid,
+            "API emulator": getattr(server, "pid", None),
+            "controller (driver)": cluster.controller.pid,
+        }
+        self._procs = {k: psutil.Process(p) for k, p in pids.items() if p is not None}
+        self._start = {k: self._cpu(p) for k, p in self._procs.items()}
+
+    @staticmethod
+    def _cpu(proc: psutil.Process) -> float:
+        times = proc.cpu_times()
+        return float(times.user + times.system)
+
+    def seconds(self) -> dict[str, float]:
+        return {k: self._cpu(p) - self._start[k] for k, p in self._procs.items()}
+
+
 def run(args: argparse.Namespace) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
+    per_join_kib: dict[int, float] = {}
     for shape in args.shapes.split(","):
         nodes, cliques = (int(x) for x in shape.split(":"))
         label = f"{nodes} nodes / {cliques} clique{'s' if cliques > 1 else ''}"
@@ -100,6 +129,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
             print(rows[-1:], flush=True)
             continue
         writes = {role: t["writes"] for role, t in r["counts"].items()}
+        events = sum(t["eventWrites"] for t in r["counts"].values())
         conflicts = sum(t["conflicts"] for t in r["counts"].values())
         watch_kib = sum(t["watchBytes"] for t in r["counts"].values()) / 1024
         watch_events = sum(t["watchEvents"] for t in r["counts"].values())
@@ -107,17 +137,26 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
             (f"{label}: allocated -> every container sees its channel",
              f"{r['ready'] - r['allocated']:.1f} s (reference: {REFERENCE.get(nodes, '-')})"),
             (f"{label}: CD created -> ready", f"{r['ready']:.1f} s"),
-            (f"{label}: driver API writes per daemon join",
+            (f"{label}: driver API writes per daemon join, Events aside",
              f"{sum(writes.values()) / nodes:.1f} (agent {writes.get('agent', 0) / nodes:.1f}, "
              f"daemon {writes.get('daemon', 0) / nodes:.1f}, "
-             f"controller {writes.get('controller', 0) / nodes:.1f})"),
+             f"controller {writes.get('controller', 0) / nodes:.1f}); "
+             f"Events {events / nodes:.1f}"),
             (f"{label}: 409 conflicts per daemon join", f"{conflicts / nodes:.2f}"),
+            (f"{label}: readiness flaps (Ready -> NotReady)", str(r["flaps"])),
+            (f"{label}: CPU-seconds, CD created -> ready",
+             ", ".join(f"{k} {v:.0f}" for k, v in r["cpu"].items())),
             (f"{label}: watch traffic to the driver per daemon join",
              f"{watch_kib / nodes:.1f} KiB ({watch_events / nodes:.1f} events)"),
             (f"{label}: sim process RSS / cleanup", f"{r['rss']:.0f} MiB / "
              f"{'nothing left' if r['clean'] else 'LEFTOVERS'}"),
         ]  # fmt: skip
-        print(rows[-6:], flush=True)
+        per_join_kib[nodes] = watch_kib / nodes
+        print(rows[-8:], flush=True)
+    if len(per_join_kib) > 1:  # the issue's scaling target: per-node cost constant in N
+        small, large = min(per_join_kib), max(per_join_kib)
+        rows.append((f"watch traffic per daemon join, {large} vs {small} nodes",
+                     f"{per_join_kib[large] / per_join_kib[small]:.2f}x"))  # fmt: skip
     return rows
 
 
@@ -127,8 +166,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
     note = (
-        "In-process simulated cluster, fake nvidia-imex start 0.5 s. Reference figures: "
-        "reference users.md section 2 (8 min for 256 pods)."
+        "In-process simulated cluster (agents, IMEX daemons and fake nvidia-imex in one "
+        "process; the API emulator and the controller in processes of their own), fake "
+        "nvidia-imex start 0.5 s, one workload pod per node. Reference figures: reference "
+        "users.md section 2 (8 min for 256 pods), measured on real racks."
     )
     print(write_section("Time to ready (driver-managed, in-process)", run(args), note))
     return 0
