@@ -37,7 +37,8 @@ class Stats:
 
     requests: dict[str, int] = field(default_factory=dict)
     conflicts: int = 0
-    # user name -> verb -> count ("conflict" counts 409s): who made the writes.
+    # user name -> verb -> count ("conflict" counts 409s and failed JSON-patch tests, the
+    # two ways an optimistic write loses a race): who made the writes.
     by_user: dict[str, dict[str, int]] = field(default_factory=dict)
     # user name -> "watchEvents" / "watchBytes": what that user's watches were sent.
     watch_by_user: dict[str, dict[str, int]] = field(default_factory=dict)

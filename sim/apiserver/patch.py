@@ -31,6 +31,11 @@ class PatchError(ValueError):
         self.code = code
 
 
+class PatchTestFailedError(PatchError):
+    """A JSON patch `test` operation that did not hold: the writer's precondition lost
+    to a concurrent write, the JSON-patch form of a 409 conflict."""
+
+
 # --- RFC 7386 JSON merge patch ----------------------------------------------------------------
 
 
@@ -93,8 +98,8 @@ def apply_json_patch(target: Any, ops: Any) -> Any:
     for op in ops:
         try:
             doc = jsonpatch.JsonPatch([op]).apply(doc, in_place=True)
-        except jsonpatch.JsonPatchTestFailed:
-            raise PatchError(f"testing value {op['path']} failed: test failed") from None
+        except jsonpatch.JsonPatchTestFailedError:
+            raise PatchTestFailedError(f"testing value {op['path']} failed: test failed") from None
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as err:
             name, where = op["op"], f'"{op["path"]}"'
             if name in ("move", "copy"):

@@ -43,7 +43,12 @@ from sim.apiserver.label_selectors import SelectorError
 from sim.apiserver.lifecycle import DeleteOptions, Lifecycle
 from sim.apiserver.listwatch import JSON, json_response, list_response, selected_by, watch_stream
 from sim.apiserver.numbers import LONG_NUMBER, beyond_int64_as_float
-from sim.apiserver.patch import PatchError, apply_json_patch, apply_merge_patch
+from sim.apiserver.patch import (
+    PatchError,
+    PatchTestFailedError,
+    apply_json_patch,
+    apply_merge_patch,
+)
 from sim.apiserver.rbac import (
     RequestAttributes,
     authorize,
@@ -636,6 +641,8 @@ class ApiServer:
             try:
                 patched = apply_json_patch(current, body)
             except PatchError as err:
+                if isinstance(err, PatchTestFailedError):  # counted with the 409s: a lost race
+                    self.stats.conflict(opts.user.name if opts.user is not None else "")
                 raise errors.ApiError(422, "Invalid", str(err)) from None
         elif ctype == "application/strategic-merge-patch+json":
             if (t.info.group, t.info.kind) not in STRATEGIC_MERGE_KINDS or not t.info.builtin:
