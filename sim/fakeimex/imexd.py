@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import time
@@ -24,6 +23,8 @@ import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from sim.fakeimex.config import ConfigError, ImexConfig
 from sim.fakeimex.domain import Link, nodes_report, view_domain_state
@@ -41,6 +42,9 @@ from sim.fakeimex.nodes import (
 from sim.fakeimex.peering import NETWORK_ERRORS, Identity, Peering, read_line
 from sim.fakeimex.protocol import CMD_NODES, CMD_QUERY, MAX_LINE, decode, encode
 from sim.fakeimex.states import DaemonState, LinkStatus
+
+# State-file writes within this window are one write (`FakeImex._publish`).
+_PUBLISH_COALESCE_S = 0.05
 
 
 class FakeImex:
@@ -78,6 +82,7 @@ class FakeImex:
         self._reload_pending = False
         self._last_report: dict[str, Any] | None = None
         self._state_file_error = False
+        self._publish_handle: asyncio.TimerHandle | None = None
 
     @property
     def me(self) -> Identity | None:
@@ -106,6 +111,7 @@ class FakeImex:
         except (ConfigError, OSError) as exc:
             self.log.fatal(str(exc))
             await self._close()
+            self._flush_state()
             return 1
         peering.start()
         self._spawn(self._startup())
@@ -113,6 +119,7 @@ class FakeImex:
         self._set_state(DaemonState.SHUTTING_DOWN)
         self.log.info("Shutting down: notifying peers and closing connections")
         await self._close()
+        self._flush_state()
         self.log.info("IMEX daemon exited")
         return 0
 
@@ -448,7 +455,27 @@ class FakeImex:
             self._publish()
 
     def _publish(self) -> None:
+        """Rewrite FAKE_IMEX_STATE_FILE soon: changes within `_PUBLISH_COALESCE_S` are one
+        write. Each peer's link change publishes, so a clique of N daemons coming up made
+        O(N) rewrites per daemon; a third of the in-process sim's file writes at 72 nodes."""
+        if self.knobs.state_file is None or self._publish_handle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # outside the daemon's loop: at once
+            self._write_state()
+            return
+        self._publish_handle = loop.call_later(_PUBLISH_COALESCE_S, self._write_state)
+
+    def _flush_state(self) -> None:
+        """Write a pending state now (the daemon is exiting)."""
+        if self._publish_handle is not None:
+            self._publish_handle.cancel()
+            self._write_state()
+
+    def _write_state(self) -> None:
         """Rewrite FAKE_IMEX_STATE_FILE atomically (tests poll it instead of running ctl)."""
+        self._publish_handle = None
         path = self.knobs.state_file
         if path is None:
             return
@@ -479,7 +506,7 @@ class FakeImex:
         }
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(document, indent=2) + "\n")
+            tmp.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
             tmp.replace(path)
         except OSError as exc:
             if not self._state_file_error:
