@@ -98,7 +98,7 @@ def apply_json_patch(target: Any, ops: Any) -> Any:
     for op in ops:
         try:
             doc = jsonpatch.JsonPatch([op]).apply(doc, in_place=True)
-        except jsonpatch.JsonPatchTestFailedError:
+        except jsonpatch.JsonPatchTestFailed:
             raise PatchTestFailedError(f"testing value {op['path']} failed: test failed") from None
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as err:
             name, where = op["op"], f'"{op["path"]}"'
