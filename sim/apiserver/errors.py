@@ -36,6 +36,9 @@ class ApiError(Exception):
     name: str = ""
     causes: list[Cause] = field(default_factory=list)
     retry_after_seconds: int | None = None
+    # A lost optimistic write that is not a 409 (a JSON patch's failed `test`): the
+    # server's stats count it with the conflicts.
+    lost_race: bool = False
 
     def __str__(self) -> str:
         return f"{self.code} {self.reason}: {self.message}"

@@ -571,7 +571,7 @@ class ApiServer:
         try:
             return fn()
         except ApiError as err:
-            if err.code == 409:
+            if err.code == 409 or err.lost_race:
                 self.stats.conflict(who)
             raise
 
@@ -641,9 +641,8 @@ class ApiServer:
             try:
                 patched = apply_json_patch(current, body)
             except PatchError as err:
-                if isinstance(err, PatchTestFailedError):  # counted with the 409s: a lost race
-                    self.stats.conflict(opts.user.name if opts.user is not None else "")
-                raise errors.ApiError(422, "Invalid", str(err)) from None
+                lost = isinstance(err, PatchTestFailedError)
+                raise errors.ApiError(422, "Invalid", str(err), lost_race=lost) from None
         elif ctype == "application/strategic-merge-patch+json":
             if (t.info.group, t.info.kind) not in STRATEGIC_MERGE_KINDS or not t.info.builtin:
                 raise errors.unsupported_media_type(builtin=t.info.builtin)

@@ -460,11 +460,7 @@ class FakeImex:
         O(N) rewrites per daemon; a third of the in-process sim's file writes at 72 nodes."""
         if self.knobs.state_file is None or self._publish_handle is not None:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # outside the daemon's loop: at once
-            self._write_state()
-            return
+        loop = asyncio.get_running_loop()  # every caller runs within `run`
         self._publish_handle = loop.call_later(_PUBLISH_COALESCE_S, self._write_state)
 
     def _flush_state(self) -> None:

@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
         events = sum(t["eventWrites"] for t in r["counts"].values())
         conflicts = sum(t["conflicts"] for t in r["counts"].values())
         watch_kib = sum(t["watchBytes"] for t in r["counts"].values()) / 1024
+        per_join_kib[nodes] = watch_kib / nodes
         watch_events = sum(t["watchEvents"] for t in r["counts"].values())
         rows += [
             (f"{label}: allocated -> every container sees its channel",
@@ -147,11 +148,10 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
             (f"{label}: CPU-seconds, CD created -> ready",
              ", ".join(f"{k} {v:.0f}" for k, v in r["cpu"].items())),
             (f"{label}: watch traffic to the driver per daemon join",
-             f"{watch_kib / nodes:.1f} KiB ({watch_events / nodes:.1f} events)"),
+             f"{per_join_kib[nodes]:.1f} KiB ({watch_events / nodes:.1f} events)"),
             (f"{label}: sim process RSS / cleanup", f"{r['rss']:.0f} MiB / "
              f"{'nothing left' if r['clean'] else 'LEFTOVERS'}"),
         ]  # fmt: skip
-        per_join_kib[nodes] = watch_kib / nodes
         print(rows[-8:], flush=True)
     if len(per_join_kib) > 1:  # the scaling target: per-node cost constant in N
         small, large = min(per_join_kib), max(per_join_kib)
