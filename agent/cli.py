@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 PROG = "compute-domain-agent"
 # The kubernetes API classes the plugin calls (agent/plugin/cluster.py, nodeops.py,
 # slices.py, api/draclient.py, api/events.py).
-_PLUGIN_API_CLASSES = ("ApisApi", "CoreV1Api", "CustomObjectsApi")
+_PLUGIN_API_CLASSES = ("ApisApi", "CustomObjectsApi")
 
 
 def _setup_logging(args: argparse.Namespace) -> None:

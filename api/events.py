@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from kubernetes import client
 
+from api.corev1 import CoreV1
 from api.kube import call, error_text
 
 TYPE_WARNING: Final = "Warning"
@@ -65,7 +66,7 @@ class EventRecorder:
         max_in_flight: int = MAX_IN_FLIGHT,
         logger: logging.Logger | None = None,
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = CoreV1(api)
         self.component = component
         self.host = host
         self.interval = interval

@@ -19,6 +19,7 @@ from typing import Any, Final
 from kubernetes import client
 
 from agent.daemon.identity import DaemonIdentity
+from api.corev1 import CoreV1
 from api.events import DEFAULT_INTERVAL, EventRecorder, pod_ref
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,11 @@ class PodEvents:
         self._pod = pod_ref(identity.pod_name, identity.pod_namespace, identity.pod_uid)
 
     @property
-    def _core(self) -> client.CoreV1Api:
+    def _core(self) -> CoreV1:
         return self._recorder._core
 
     @_core.setter
-    def _core(self, core: client.CoreV1Api) -> None:  # tests put a fake API here
+    def _core(self, core: CoreV1) -> None:  # tests put a fake API here
         self._recorder._core = core
 
     def warning(self, reason: str, message: str) -> bool:

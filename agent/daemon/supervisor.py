@@ -49,6 +49,7 @@ from agent.daemon.netcheck import check_local_address
 from agent.daemon.process import ImexLauncher, ImexProcess
 from agent.daemon.readiness import CtlRunner, ReadinessPoller, is_ready, query_state
 from api import names
+from api.corev1 import CoreV1
 from api.kube import call_retrying
 from api.logsetup import vlog
 from cdi.atomic import NotRegularFileError, read_file
@@ -220,7 +221,7 @@ class ImexSupervisor:
         """The controller tells fabric from non-fabric daemon pods by this label."""
         ident = self.identity
         body = {"metadata": {"labels": {names.LABEL_CLIQUE_ID: ident.clique_id}}}
-        core = client.CoreV1Api(self._api)
+        core = CoreV1(self._api)
         await call_retrying(core.patch_namespaced_pod, ident.pod_name, ident.pod_namespace, body)
 
     # --- reacting to the clique ------------------------------------------------------

@@ -25,6 +25,7 @@ from agent.plugin.domains import DomainDirectory
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.nodeops import NodeOps
 from api import names
+from api.corev1 import CoreV1
 from api.draclient import DraApi
 from api.kube import Informer, call
 
@@ -47,10 +48,8 @@ class ClusterView:
         self._namespace = namespace
         self._cliques_enabled = cliques_enabled
         # This node alone (field selector): the label keeper repairs on its changes.
-        core = client.CoreV1Api(api)
-        self.node_object = Informer(self._loop, core.list_node, _name, "node",
-                                    {"field_selector": f"metadata.name={node_name}"},
-                                    to_dict=api.sanitize_for_serialization)
+        self.node_object = Informer(self._loop, CoreV1(api).list_node, _name, "node",
+                                    {"field_selector": f"metadata.name={node_name}"})
         # cd uid -> the watch of what tells this node's readiness in that domain, and the
         # loop time it was last asked for (a watch nobody waits on ends after a grace).
         self._followed: dict[str, Informer] = {}

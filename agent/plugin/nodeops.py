@@ -11,19 +11,18 @@ import logging
 import random
 from typing import Any
 
-import orjson
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from agent.plugin.errors import PermanentError, RetryableError
 from agent.plugin.grpcserver import ClaimRef, RpcError
 from api import names
+from api.corev1 import MERGE_PATCH, CoreV1
 from api.draclient import DraApi
 from api.kube import call, error_text
 
 log = logging.getLogger(__name__)
 _CONFLICT_RETRIES = 8
-MERGE_PATCH = "application/merge-patch+json"
 RBAC_HINT = ("the agent's ServiceAccount lacks this permission: grant it in the ClusterRole "
              "dra-driver-nvidia-gpu-clusterrole-kubeletplugin (the Helm chart's "
              "templates/rbac-kubeletplugin.yaml)")
@@ -38,7 +37,7 @@ def forbidden(what: str, err: ApiException) -> PermanentError:
 class NodeOps:
     def __init__(self, api: client.ApiClient, dra: DraApi, node_name: str) -> None:
         self._api = api
-        self._core = client.CoreV1Api(api)
+        self._core = CoreV1(api)
         self._dra = dra
         self.node_name = node_name
 
@@ -46,9 +45,8 @@ class NodeOps:
 
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         """A pod as JSON (the daemon claim check reads its owner, node and labels)."""
-        resp = await call(self._core.read_namespaced_pod, name, namespace,
-                          _request_timeout=20, _preload_content=False)
-        return dict(orjson.loads(resp.data))
+        return await call(self._core.read_namespaced_pod, name, namespace,
+                          _request_timeout=20)
 
     async def _read_claim(self, ref: ClaimRef) -> dict[str, Any]:
         """The claim's JSON in v1 shape; its status is the same JSON in every served
@@ -105,7 +103,7 @@ class NodeOps:
                 if err.status == 403:
                     raise forbidden(f"read node {self.node_name}", err) from None
                 raise RetryableError(f"read node {self.node_name}: {error_text(err)}") from None
-            labels = dict(node.metadata.labels or {})
+            labels = dict(node["metadata"].get("labels") or {})
             current = labels.get(key)
             if current == want:
                 return
@@ -120,7 +118,7 @@ class NodeOps:
             # safe as a replace against concurrent writers, and it cannot drop Node fields
             # this client's model does not know (policies-kubelet-plugin.yaml refuses any
             # change beyond the driver's labels).
-            body = {"metadata": {"resourceVersion": node.metadata.resource_version,
+            body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                                  "labels": {key: want}}}
             try:
                 await call(self._core.patch_node, self.node_name, body,
@@ -154,4 +152,4 @@ class NodeOps:
 
     async def node_uid(self) -> str:
         node = await call(self._core.read_node, self.node_name, _request_timeout=20)
-        return node.metadata.uid
+        return str(node["metadata"]["uid"])

@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
+from api.corev1 import CoreV1
 from api.draclient import DraApi
 from api.kube import Informer, call, error_text
 
@@ -53,7 +54,7 @@ class SlicePublisher:
     def __init__(self, api: client.ApiClient, dra: DraApi, node_name: str, *,
                  host_managed: bool, resync_s: float = 30.0) -> None:
         self._dra = dra
-        self._core = client.CoreV1Api(api)
+        self._core = CoreV1(api)
         self._node = node_name
         self._devices = desired_devices(host_managed=host_managed)
         self._resync = resync_s
@@ -70,7 +71,7 @@ class SlicePublisher:
         """Create, fix or de-duplicate this node's slice; returns the slice as JSON."""
         node = await call(self._core.read_node, self._node, _request_timeout=20)
         owner = {"apiVersion": "v1", "kind": "Node", "name": self._node,
-                 "uid": node.metadata.uid, "controller": True}
+                 "uid": node["metadata"]["uid"], "controller": True}
         listing = await call(self._dra.list, "resourceslices",
                              field_selector=self._selector(), _request_timeout=20)
         slices: list[dict[str, Any]] = listing["items"]

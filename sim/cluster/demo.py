@@ -345,11 +345,14 @@ async def _observe(reading: Awaitable[T]) -> T | None:
 
 
 async def user_stats(cluster: SimCluster) -> dict[str, dict[str, int]] | None:
-    """The emulator's per-user counters (`/_sim/stats` byUser); None on the upstream
-    control plane, which keeps none."""
+    """Requests per user: the emulator's counters (`/_sim/stats` byUser, with the watch
+    events and bytes it streamed), or on the upstream control plane kube-apiserver's
+    audit log read back (sim/controlplane/audit.py: writes and 409s, no watch figures);
+    None when neither is kept."""
     server = cluster.server
     if server is None:
-        return None
+        counted = await asyncio.to_thread(cluster.control_plane.requests_by_user)
+        return {user: dict(verbs) for user, verbs in counted.items()} or None
     users: dict[str, dict[str, int]] = await asyncio.to_thread(server.op, "users")
     return users
 
@@ -361,9 +364,10 @@ def driver_traffic(
     namespace: str,
 ) -> dict[str, dict[str, int]]:
     """role -> writes (create/update/patch/delete, Events aside), writes of Events, 409
-    conflicts, watch events and watch bytes of its ServiceAccount between two byUser
-    snapshots."""
+    conflicts, and (where the snapshots count them: the emulator's) watch events and watch
+    bytes of its ServiceAccount between two byUser snapshots."""
     out: dict[str, dict[str, int]] = {}
+    watched = any("watchBytes" in counters for counters in after.values())
     for role, account in accounts.items():
         user = f"system:serviceaccount:{namespace}:{account}"
         a, b = before.get(user, {}), after.get(user, {})
@@ -375,9 +379,9 @@ def driver_traffic(
             "writes": sum(delta(v) for v in WRITES) - delta("eventWrites"),
             "eventWrites": delta("eventWrites"),
             "conflicts": delta("conflict"),
-            "watchEvents": delta("watchEvents"),
-            "watchBytes": delta("watchBytes"),
         }
+        if watched:
+            out[role] |= {"watchEvents": delta("watchEvents"), "watchBytes": delta("watchBytes")}
     return out
 
 
@@ -391,14 +395,16 @@ def per_join(traffic: Mapping[str, Mapping[str, int]], daemons: int) -> Obj:
         total = round(sum(t[counter] for t in traffic.values()) / n, digits)
         return {"total": total, **by_role}
 
-    return {
+    report = {
         "daemons": daemons,
         "api_writes": figure("writes", 2),
         "event_writes": figure("eventWrites", 2),
         "conflicts": figure("conflicts", 2),
-        "watch_events": figure("watchEvents", 1),
-        "watch_bytes": figure("watchBytes", None),
     }
+    if all("watchBytes" in t for t in traffic.values()):
+        report |= {"watch_events": figure("watchEvents", 1),
+                   "watch_bytes": figure("watchBytes", None)}
+    return report
 
 
 def joined_nodes(chains: Sequence[EvidenceChain]) -> int:
@@ -572,11 +578,15 @@ def render_text(result: DemoResult) -> str:
 def _render_join(join: Obj) -> str:
     writes, conflicts = join["api_writes"], join["conflicts"]
     parts = ", ".join(f"{k} {v}" for k, v in writes.items() if k != "total")
+    watched = (
+        f", {join['watch_events']['total']} watch events"
+        f" / {join['watch_bytes']['total'] / 1024:.1f} KiB streamed to the driver"
+        if "watch_bytes" in join else ""
+    )
     return (
         f"per daemon join ({join['daemons']}): {writes['total']} driver API writes ({parts})"
         f" and {join['event_writes']['total']} of Events,"
-        f" {conflicts['total']} conflicts, {join['watch_events']['total']} watch events"
-        f" / {join['watch_bytes']['total'] / 1024:.1f} KiB streamed to the driver"
+        f" {conflicts['total']} conflicts{watched}"
     )
 
 

@@ -40,6 +40,9 @@ POLICY: Final[dict[str, Any]] = {
 }
 
 
+_WRITES: Final = frozenset({"create", "update", "patch", "delete"})
+
+
 def write_policy(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(POLICY, sort_keys=False))
@@ -59,7 +62,8 @@ class AuditCounter:
         self._answers: defaultdict[tuple[str, int], int] = defaultdict(int)
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """User -> verb -> requests (409 answers also count as "conflict")."""
+        """User -> verb -> requests (409 answers also count as "conflict", writes of
+        Events also as "eventWrites")."""
         self._read_new()
         return {user: dict(verbs) for user, verbs in self._counts.items()}
 
@@ -90,5 +94,7 @@ class AuditCounter:
             code = int((event.get("responseStatus") or {}).get("code") or 0)
             self._counts[user][verb] += 1
             self._answers[user, code] += 1
+            if verb in _WRITES and (event.get("objectRef") or {}).get("resource") == "events":
+                self._counts[user]["eventWrites"] += 1  # as the emulator's /_sim/stats
             if code == 409:
                 self._counts[user]["conflict"] += 1

@@ -43,15 +43,16 @@ from sim.cluster.demo import (  # noqa: E402
 )
 from sim.cluster.evidence import EvidenceChain  # noqa: E402
 from sim.cluster.example import NAMESPACE, builtin  # noqa: E402
+from sim.controlplane import CONTROL_PLANES, EMULATOR  # noqa: E402
 
 REFERENCE = {18: "~20 s", 72: "~63 s", 144: "not reported"}
 
 
-async def one(nodes: int, cliques: int, timeout: float) -> dict:
+async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMULATOR) -> dict:
     root = Path(tempfile.mkdtemp(prefix="cd-bench-", dir="/tmp"))
     spec = ClusterSpec(
         root=root, nodes=nodes, cliques=cliques, in_process=True, imex_start_delay=0.5,
-        verbosity=1,
+        verbosity=1, control_plane=control_plane,
     )  # fmt: skip
     cluster = SimCluster(spec)
     try:
@@ -69,13 +70,17 @@ async def one(nodes: int, cliques: int, timeout: float) -> dict:
             NAMESPACE, "bench", driver_namespace=cluster.namespace, host_managed=False,
             node_roots={n: node.host.root for n, node in cluster.nodes.items()},
         )  # fmt: skip
+        waited = time.perf_counter()
         try:
             await wait_ready(cluster, [chain], timeout, watch=watch)
+        except StepError as err:
+            raise StalledError(str(err), _progress(chain, start_s, time.perf_counter() - waited,
+                                              cpu.seconds())) from None
         finally:
             watch.stop()
         cpu_s = cpu.seconds()
         after = await user_stats(cluster)
-        assert before is not None and after is not None  # the emulator keeps stats
+        assert before is not None and after is not None  # emulator stats or the audit log
         rss = psutil.Process().memory_info().rss / 2**20
         allocated = chain.link("allocation").done_at or 0.0
         ready = chain.link("device").done_at or 0.0
@@ -91,17 +96,42 @@ async def one(nodes: int, cliques: int, timeout: float) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
+class StalledError(Exception):
+    """A shape that did not converge: why, and the rows that say how far it got."""
+
+    def __init__(self, why: str, rows: list[tuple[str, str]]) -> None:
+        super().__init__(why)
+        self.rows = rows
+
+
+def _progress(chain: EvidenceChain, start_s: float, waited_s: float,
+              cpu: dict[str, float]) -> list[tuple[str, str]]:
+    """Each hand-off of the chain at the deadline (when it held, or how many had), the
+    CPU each process used while waiting (2.0 cores is all this machine has), and the sim
+    process's RSS: enough to tell a stuck hand-off from a saturated machine."""
+    rows = [("cluster start (nodes registered, driver installed)", f"{start_s:.0f} s")]
+    for link in chain.links:
+        state = f"at {link.done_at:.1f} s" if link.done_at is not None else "NOT REACHED"
+        rows.append((f"hand-off: {link.title}",
+                     f"{state}{f' ({link.count})' if link.count else ''}"))
+    rows.append((f"CPU while waiting {waited_s:.0f} s (cores used)",
+                 ", ".join(f"{k} {v:.0f} s ({v / waited_s:.2f})" for k, v in cpu.items())))
+    rows.append(("sim process RSS", f"{psutil.Process().memory_info().rss / 2**20:.0f} MiB"))
+    return rows
+
+
 class ProcessCpu:
     """CPU-seconds of the sim's processes from now on: this one (the sim's kubelets,
     scheduler and controllers with the in-process agents, IMEX daemons and fake IMEX: in
-    one process they cannot be told apart), the emulator's own process, and the driver's
-    controller process."""
+    one process they cannot be told apart), the emulator's own process or each upstream
+    control-plane component's, and the driver's controller process."""
 
     def __init__(self, cluster: SimCluster) -> None:
         server = cluster.server
         pids = {
             "sim + in-process agents and daemons": psutil.Process().pid,
             "API emulator": getattr(server, "pid", None),
+            **{p.name: p.pid for p in cluster.control_plane.processes()},
             "controller (driver)": cluster.controller.pid,
         }
         self._procs = {k: psutil.Process(p) for k, p in pids.items() if p is not None}
@@ -122,18 +152,27 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
     for shape in args.shapes.split(","):
         nodes, cliques = (int(x) for x in shape.split(":"))
         label = f"{nodes} nodes / {cliques} clique{'s' if cliques > 1 else ''}"
+        if args.control_plane != EMULATOR:
+            label += f", {args.control_plane} control plane"
         try:
-            r = asyncio.run(one(nodes, cliques, args.timeout))
-        except StepError as err:  # a shape that does not converge is a result too
-            rows.append((f"{label}: not ready", str(err)[:200]))
+            r = asyncio.run(one(nodes, cliques, args.timeout, args.control_plane))
+        except StalledError as err:  # a shape that does not converge is a result too
+            rows.append((f"{label}: not ready", str(err)[:300]))
+            rows += [(f"{label}: {k}", v) for k, v in err.rows]
+            print(rows[-len(err.rows) - 1:], flush=True)
+            continue
+        except Exception as err:  # so is one that cannot even start
+            rows.append((f"{label}: failed", f"{type(err).__name__}: {err}"[:300]))
             print(rows[-1:], flush=True)
             continue
         writes = {role: t["writes"] for role, t in r["counts"].items()}
         events = sum(t["eventWrites"] for t in r["counts"].values())
         conflicts = sum(t["conflicts"] for t in r["counts"].values())
-        watch_kib = sum(t["watchBytes"] for t in r["counts"].values()) / 1024
-        per_join_kib[nodes] = watch_kib / nodes
-        watch_events = sum(t["watchEvents"] for t in r["counts"].values())
+        watched = all("watchBytes" in t for t in r["counts"].values())
+        watch_kib = sum(t.get("watchBytes", 0) for t in r["counts"].values()) / 1024
+        if watched:
+            per_join_kib[nodes] = watch_kib / nodes
+        watch_events = sum(t.get("watchEvents", 0) for t in r["counts"].values())
         rows += [
             (f"{label}: allocated -> every container sees its channel",
              f"{r['ready'] - r['allocated']:.1f} s (reference: {REFERENCE.get(nodes, '-')})"),
@@ -148,7 +187,8 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
             (f"{label}: CPU-seconds, CD created -> ready",
              ", ".join(f"{k} {v:.0f}" for k, v in r["cpu"].items())),
             (f"{label}: watch traffic to the driver per daemon join",
-             f"{per_join_kib[nodes]:.1f} KiB ({watch_events / nodes:.1f} events)"),
+             f"{watch_kib / nodes:.1f} KiB ({watch_events / nodes:.1f} events)" if watched
+             else "not counted (kube-apiserver keeps no per-client watch bytes)"),
             (f"{label}: sim process RSS / cleanup", f"{r['rss']:.0f} MiB / "
              f"{'nothing left' if r['clean'] else 'LEFTOVERS'}"),
         ]  # fmt: skip
@@ -164,14 +204,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shapes", default="18:1,72:4,144:8")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--control-plane", choices=CONTROL_PLANES, default=EMULATOR,
+                        help="the API emulator, or upstream kube-apiserver, etcd, "
+                        "kube-controller-manager and kube-scheduler (`make k8s` first)")
+    parser.add_argument("--section", default="",
+                        help="RESULTS.md section title (default: one per control plane)")
     args = parser.parse_args()
+    upstream = args.control_plane != EMULATOR
+    where = ("upstream kube-apiserver, etcd, kube-controller-manager and kube-scheduler in "
+             "processes of their own, writes and 409s counted from kube-apiserver's audit "
+             "log" if upstream else "the API emulator in a process of its own")
     note = (
         "In-process simulated cluster (agents, IMEX daemons and fake nvidia-imex in one "
-        "process; the API emulator and the controller in processes of their own), fake "
+        f"process; {where}; the controller in a process of its own), fake "
         "nvidia-imex start 0.5 s, one workload pod per node. Reference figures: reference "
         "users.md section 2 (8 min for 256 pods), measured on real racks."
     )
-    print(write_section("Time to ready (driver-managed, in-process)", run(args), note))
+    title = args.section or ("Time to ready (driver-managed, in-process"
+                             + (", upstream control plane)" if upstream else ")"))
+    print(write_section(title, run(args), note))
     return 0
 
 

@@ -12,10 +12,12 @@ prepares 200 distinct daemon-style claims to measure the RSS they cost.
 from __future__ import annotations
 
 import argparse
+import socket
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -43,6 +45,12 @@ def ms(values: list[float]) -> str:
     return f"{pct(values, 0.5):.1f} / {pct(values, 0.99):.1f} ms"
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def rss_mib(pid: int) -> float:
     proc = psutil.Process(pid)
     return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
@@ -63,7 +71,9 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
     time.sleep(0.5)
     cluster.namespace("nvidia-dra-driver")
     cluster.node(NODE)
-    node = NodeEnv(root / "n")
+    # Metrics served as the chart deploys the agent (kubeletplugin.yaml HTTP_ENDPOINT).
+    port = _free_port()
+    node = NodeEnv(root / "n", extra_args=["--http-endpoint", f"127.0.0.1:{port}"])
     kubeconfig = server.write_kubeconfig(root / "kc")
     started = time.perf_counter()
     agent = AgentProcess(node, kubeconfig, program=args.agent)
@@ -75,7 +85,11 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
     ]
     try:
         time.sleep(3)
-        rows.append(("idle RSS (agent and children)", f"{rss_mib(agent.proc.pid):.0f} MiB"))
+        scrape = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        if b"nvidia_dra_requests_total" not in scrape:
+            raise SystemExit("the agent's /metrics does not serve its metrics")
+        rows.append(("idle RSS (agent and children, metrics served)",
+                     f"{rss_mib(agent.proc.pid):.0f} MiB"))
         cd = cluster.compute_domain("bench")
         uid = cd["metadata"]["uid"]
         cluster.set_clique_daemon(uid, node.clique_id, NODE, "Ready")

@@ -57,6 +57,22 @@ def test_driver_traffic_per_join() -> None:
     assert join["watch_bytes"] == {"total": 2400, "controller": 2000, "agent": 0, "daemon": 400}
 
 
+def test_per_join_from_the_audit_log_leaves_watch_figures_out() -> None:
+    """kube-apiserver's audit log counts requests, not watch bytes: the report says nothing
+    of watches rather than zero."""
+    after = {
+        _user("ctl"): {"create": 2, "patch": 1, "watch": 3},
+        _user("imex"): {"create": 2, "eventWrites": 1, "conflict": 1, "update": 1},
+    }
+    traffic = driver_traffic({}, after, ACCOUNTS, "drv")
+    assert all("watchBytes" not in t for t in traffic.values())
+    join = per_join(traffic, 1)
+    assert join["api_writes"]["total"] == 5.0
+    assert join["event_writes"]["total"] == 1.0
+    assert join["conflicts"]["total"] == 1.0
+    assert "watch_bytes" not in join and "watch_events" not in join
+
+
 def test_cluster_watch_sees_changes_without_listing(
     apiserver: ServerThread, k8s: client.ApiClient, project_crds: list[dict]
 ) -> None:
