@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from api.cli import Subcommands, run_program
+from sim.cluster.node import MAX_NODES
 from sim.controlplane import CONTROL_PLANES, EMULATOR, KUBERNETES
 
 PROG = "compute-domain-sim"
@@ -190,8 +191,8 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
 def _cluster_error(args: argparse.Namespace) -> str | None:
     if args.cliques is not None and args.cliques > args.nodes:
         return f"--cliques {args.cliques} is more than --nodes {args.nodes}"
-    if args.nodes > 254:
-        return f"--nodes {args.nodes}: at most 254 (one 127.0.1.N address each)"
+    if args.nodes > MAX_NODES:
+        return f"--nodes {args.nodes}: at most {MAX_NODES} (one 127.A.B.N address each)"
     if args.in_process and args.agent is not None:
         return "--agent runs a program per node; it cannot be combined with --in-process"
     if args.agent is not None and not args.agent.is_file():

@@ -62,7 +62,7 @@ from sim.cluster.hostimex import HostImex
 from sim.cluster.images import ImageCatalog, from_dockerfile, repository
 from sim.cluster.inprocess import InProcessHost
 from sim.cluster.kubelet import WIPE_SLICES_AFTER, SimKubelet
-from sim.cluster.node import NodeHost, node_ip, random_network
+from sim.cluster.node import MAX_NODES, NETWORK_BLOCK, NodeHost, node_ip, random_network
 from sim.cluster.nodestatus import NodeSpec
 from sim.cluster.podprogram import PodProgram
 from sim.cluster.processes import free_port
@@ -130,8 +130,9 @@ class ClusterSpec:
                              "scheduler needs it): name v1 among resource_versions")
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1 (got {self.nodes})")
-        if self.nodes + self.non_fabric > 254:
-            raise ValueError("at most 254 nodes (one 127.A.B.N address each)")
+        if self.nodes + self.non_fabric > MAX_NODES:
+            raise ValueError(f"at most {MAX_NODES} nodes (one 127.A.B.N address each, "
+                             f"{NETWORK_BLOCK} /24s per cluster)")
         if self.non_fabric < 0:
             raise ValueError(f"non_fabric must not be negative (got {self.non_fabric})")
         if self.slice_wipe_delay < 0:

@@ -36,18 +36,29 @@ def clique_id(clique: int | None) -> str:
     return "" if clique is None else f"{CLUSTER_UUID}.{clique}"
 
 
+# A cluster owns NETWORK_BLOCK consecutive loopback /24s starting at its network's (a /20
+# where random_network chose it): node N gets host (N-1) % 254 + 1 of the ((N-1) // 254)th.
+NETWORK_BLOCK: Final = 16
+MAX_NODES: Final = NETWORK_BLOCK * 254
+
+
 def node_ip(index: int, network: str = "127.0.1") -> str:
-    """`<network>.N` for node index N (1-based; 254 nodes at most)."""
-    if not 1 <= index <= 254:
-        raise ValueError(f"node index {index} out of range 1-254 (one {network}.N address each)")
-    return f"{network}.{index}"
+    """The address of node index N (1-based): `<network>.N` for the first 254, then on in
+    the following /24s (up to MAX_NODES, without leaving the network's 127.A)."""
+    first, a, b = network.split(".")
+    block, host = divmod(index - 1, 254)
+    if not 1 <= index <= MAX_NODES or int(b) + block > 255:
+        raise ValueError(f"node index {index} out of range: {network}.x holds nodes 1-254, "
+                         f"and the /24s after it up to 127.{a}.255 (at most {MAX_NODES})")
+    return f"{first}.{a}.{int(b) + block}.{host + 1}"
 
 
 def random_network(rng: random.Random | None = None) -> str:
-    """A loopback /24 of its own (127.A.B), so simulated clusters running side by side on
-    one machine (two test runs, a demo next to `up`) never bind the same address and port."""
+    """The first /24 of a loopback /20 of its own (127.A.B, B a multiple of 16), so
+    simulated clusters running side by side on one machine (two test runs, a demo next to
+    `up`) never bind the same address and port, however many nodes each has."""
     r = rng or random.SystemRandom()
-    return f"127.{r.randint(2, 254)}.{r.randint(0, 255)}"
+    return f"127.{r.randint(2, 254)}.{NETWORK_BLOCK * r.randrange(256 // NETWORK_BLOCK)}"
 
 
 def nvml_fixture(node: str, clique: int | None, gpus: int = GPUS_PER_NODE) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def test_default_is_eighteen_nodes_per_clique_like_an_nvl72_rack() -> None:
     [
         ({"mode": "hostmanaged"}, "mode 'hostmanaged' is not one of"),
         ({"nodes": 0}, "nodes must be at least 1"),
-        ({"nodes": 250, "non_fabric": 5}, "at most 254 nodes"),
+        ({"nodes": 4060, "non_fabric": 5}, "at most 4064 nodes"),
         ({"nodes": 2, "cliques": 3}, "cliques must be between 1 and the node count 2"),
         ({"agent_program": Path("/nonexistent/agent")}, "program /nonexistent/agent not found"),
     ],
@@ -42,10 +42,16 @@ def test_bad_specs_are_refused_with_the_reason(kwargs: dict, message: str) -> No
 
 def test_addresses_are_per_cluster_loopback_networks() -> None:
     assert node_ip(7, "127.9.3") == "127.9.3.7"
-    with pytest.raises(ValueError, match="out of range 1-254"):
-        node_ip(255)
+    assert node_ip(254, "127.9.16") == "127.9.16.254"
+    assert node_ip(255, "127.9.16") == "127.9.17.1"  # a rack of racks spills into the next /24
+    assert node_ip(1000, "127.9.16") == "127.9.19.238"
+    with pytest.raises(ValueError, match="out of range"):
+        node_ip(0)
+    with pytest.raises(ValueError, match="out of range"):
+        node_ip(255, "127.9.255")  # no /24 after 127.9.255
     nets = {random_network(random.Random(seed)) for seed in range(50)}
     assert len(nets) > 40
     for net in nets:
         first, a, b = net.split(".")
-        assert first == "127" and 2 <= int(a) <= 254 and 0 <= int(b) <= 255
+        assert first == "127" and 2 <= int(a) <= 254 and int(b) % 16 == 0
+        node_ip(16 * 254, net)  # every cluster's block holds its largest shape
