@@ -23,6 +23,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY api ./api
 COPY cdi ./cdi
+COPY runtime ./runtime
 COPY agent ./agent
 COPY controller ./controller
 COPY packaging/pyinstaller ./packaging/pyinstaller

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from api import names
-from api.cli import Subcommands, env_option, parse_duration, run_program
-from api.errors import ValidationError
+from api.validation_error import ValidationError
+from runtime.cli import Subcommands, env_option, parse_duration, run_program
 
 if TYPE_CHECKING:
     from agent.daemon.process import ImexLauncher
@@ -28,13 +28,13 @@ if TYPE_CHECKING:
 
 PROG = "compute-domain-agent"
 # The kubernetes API classes the plugin calls (agent/plugin/cluster.py, nodeops.py,
-# slices.py, api/draclient.py, api/events.py).
+# slices.py, runtime/draclient.py, runtime/events.py).
 _PLUGIN_API_CLASSES = ("ApisApi", "CustomObjectsApi")
 
 
 def _setup_logging(args: argparse.Namespace) -> None:
     """The process's logging (entry points only: never for in-process runs)."""
-    from api.logsetup import configure_logging
+    from runtime.logsetup import configure_logging
 
     configure_logging(args.verbosity, args.logging_format, sys.stderr)
 
@@ -42,7 +42,7 @@ def _setup_logging(args: argparse.Namespace) -> None:
 def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> None:
     """The subcommands; flag defaults come from `environ` (None: os.environ)."""
     from agent.plugin.config import add_plugin_flags
-    from api.logsetup import add_logging_flags
+    from runtime.logsetup import add_logging_flags
 
     plugin = sub.add_parser(
         "plugin", help="run the DRA kubelet plugin on this node",
@@ -125,8 +125,8 @@ async def run_daemon(
     from agent.daemon.identity import IdentityError, identity_from
     from agent.daemon.netcheck import NetcheckError
     from agent.daemon.supervisor import ImexSupervisor, SupervisorPaths
-    from api import kube
     from api.featuregates import COMPUTE_DOMAIN_CLIQUES, IMEX_DAEMONS_WITH_DNS_NAMES, FeatureGates
+    from runtime import kubecall
 
     err = err or sys.stderr
     try:
@@ -139,7 +139,7 @@ async def run_daemon(
     paths = SupervisorPaths(imexd_dir=args.imexd_dir, hosts_file=args.hosts_file,
                             imex_binary=args.imex, imex_ctl_binary=args.imex_ctl)
     try:
-        api = kube.api_client(args.kubeconfig)
+        api = kubecall.api_client(args.kubeconfig)
         try:
             supervisor = ImexSupervisor(
                 identity, api,

@@ -34,7 +34,7 @@ from agent.discovery.findfile import (
     find_file,
 )
 from api import names
-from api.cli import Subcommands, env_option, parse_duration
+from runtime.cli import Subcommands, env_option, parse_duration
 
 # Where a driver root keeps nvidia-smi and the NVML library (the reference's script's
 # places, and the plugin's library places too, so that what passes here the plugin finds).

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from api.errors import ValidationError
+from api.validation_error import ValidationError
 
 
 class Stage(StrEnum):

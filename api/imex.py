@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from api.errors import ValidationError
+from api.validation_error import ValidationError
 
 MODE_DRIVER_MANAGED: Final = "driverManaged"
 MODE_HOST_MANAGED: Final = "hostManaged"

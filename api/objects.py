@@ -14,7 +14,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from pydantic.alias_generators import to_camel
 
-from api.errors import ValidationError
+from api.validation_error import ValidationError
 
 
 def describe_pydantic_errors(err: pydantic.ValidationError, *, what: str) -> str:

@@ -17,9 +17,9 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from api import names
-from api.errors import ValidationError
 from api.objects import describe_pydantic_errors
 from api.validation import validate_domain_id
+from api.validation_error import ValidationError
 
 ALLOCATION_MODES = ("", names.ALLOCATION_MODE_SINGLE, names.ALLOCATION_MODE_ALL)
 

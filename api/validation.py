@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from api.errors import ValidationError
+from api.validation_error import ValidationError
 
 LABEL_VALUE_MAX: Final = 63
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")

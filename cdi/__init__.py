@@ -6,9 +6,9 @@ back the way a runtime would. This package depends only on the standard library
 and PyYAML, so both sides can use it without pulling in the rest of the driver.
 """
 
+from cdi.cdi_error import CDIError
 from cdi.codec import spec_from_text, spec_to_json, spec_to_yaml
-from cdi.edits import device_edits, merge_edits
-from cdi.errors import CDIError
+from cdi.container_edits import device_edits, merge_edits
 from cdi.files import (
     SPEC_SUFFIXES,
     load_spec,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from cdi.errors import CDIError
+from cdi.cdi_error import CDIError
 
 _TOTAL_SIZE_LIMIT = 256 * 1024
 _NAME_MAX = 63

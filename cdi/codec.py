@@ -7,7 +7,7 @@ import json
 import yaml
 
 from cdi import blockyaml
-from cdi.errors import CDIError
+from cdi.cdi_error import CDIError
 from cdi.spec import Spec
 
 # libyaml's bindings are several times faster and produce the same documents; a

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from cdi.errors import CDIError
+from cdi.cdi_error import CDIError
 
 T = TypeVar("T")
 

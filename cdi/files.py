@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from cdi.atomic import atomic_write, remove_durably
+from cdi.cdi_error import CDIError
 from cdi.codec import spec_from_text, spec_to_yaml
-from cdi.errors import CDIError
 from cdi.names import parse_kind
 from cdi.spec import Spec
 from cdi.validate import validate_spec

@@ -9,7 +9,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from cdi.errors import CDIError
+from cdi.cdi_error import CDIError
 
 _LETTERS = frozenset(string.ascii_letters)
 _ALNUM = frozenset(string.ascii_letters + string.digits)

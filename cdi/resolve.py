@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdi.edits import device_edits, merge_edits
-from cdi.errors import CDIError
+from cdi.cdi_error import CDIError
+from cdi.container_edits import device_edits, merge_edits
 from cdi.files import SPEC_SUFFIXES, StrPath, load_spec
 from cdi.names import QualifiedName, parse_kind
 from cdi.spec import ContainerEdits, Device, Spec

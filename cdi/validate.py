@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cdi.annotations import validate_annotations
-from cdi.errors import CDIError
+from cdi.cdi_error import CDIError
 from cdi.names import parse_kind, validate_device_name
 from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from cdi.version import check_version

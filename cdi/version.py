@@ -10,7 +10,7 @@ from __future__ import annotations
 import string
 from collections.abc import Callable, Iterator
 
-from cdi.errors import CDIError
+from cdi.cdi_error import CDIError
 from cdi.spec import ContainerEdits, Spec
 
 KNOWN_VERSIONS: tuple[str, ...] = (

@@ -23,14 +23,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from api import kube, names
-from api.draclient import ResourceApiError, discover
+from api import names
 from controller.caches import Caches
 from controller.config import ControllerConfig
 from controller.events import EventRecorder
 from controller.leader import LeaderElector
 from controller.reconcile import Reconciler, RetryError
 from controller.workqueue import KeyedQueue
+from runtime import kubecall
+from runtime.draclient import ResourceApiError, discover
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class ControllerApp:
     def __init__(self, config: ControllerConfig, api_client: client.ApiClient | None = None
                  ) -> None:
         self.config = config
-        self.api = api_client or kube.api_client(config.kubeconfig)
+        self.api = api_client or kubecall.api_client(config.kubeconfig)
         self.caches: Caches | None = None
         self.queue: KeyedQueue | None = None
         self.reconciler: Reconciler | None = None

@@ -10,8 +10,8 @@ from typing import Any
 from kubernetes import client
 
 from api import names
-from api.draclient import DraApi
-from api.kube import Informer
+from runtime.draclient import DraApi
+from runtime.informer import Informer
 
 Obj = dict[str, Any]
 

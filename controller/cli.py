@@ -7,7 +7,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from api.errors import ValidationError
+from api.validation_error import ValidationError
 from api.version import version_line
 
 PROG = "compute-domain-controller"
@@ -34,9 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from api.logsetup import configure_logging
     from controller.app import main as run_main
     from controller.config import config_from_args
+    from runtime.logsetup import configure_logging
 
     configure_logging(args.verbosity, args.logging_format, sys.stderr)
     try:

@@ -11,12 +11,18 @@ import socket
 from dataclasses import dataclass
 
 from api import names
-from api.cli import add_resource_api_flag, env_option, parse_bool, parse_duration
-from api.errors import ValidationError
 from api.featuregates import COMPUTE_DOMAIN_CLIQUES, HOST_MANAGED_IMEX_DAEMON, FeatureGates
 from api.imex import ImexConfig
-from api.logsetup import add_logging_flags, parse_verbosity
+from api.validation_error import ValidationError
 from controller.render import RenderSettings, parse_pull_secret_names
+from runtime.cli import (
+    add_kube_client_flags,
+    add_resource_api_flag,
+    env_option,
+    parse_bool,
+    parse_duration,
+)
+from runtime.logsetup import add_logging_flags, parse_verbosity
 
 
 @dataclass(frozen=True)
@@ -76,12 +82,7 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
                help="this pod's name (part of the leader-election identity)")
     env_option(parser, "--namespace", env=names.ENV_NAMESPACE, default="default",
                help="the driver namespace: daemon DaemonSets, their templates, cliques")
-    env_option(parser, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
-               help="kubeconfig file; empty means in-cluster configuration")
-    env_option(parser, "--kube-api-qps", env=names.ENV_KUBE_API_QPS, type=float, default=5.0,
-               help="accepted for compatibility with the reference driver")
-    env_option(parser, "--kube-api-burst", env=names.ENV_KUBE_API_BURST, type=int, default=10,
-               help="accepted for compatibility with the reference driver")
+    add_kube_client_flags(parser)
     env_option(parser, "--image-name", env=names.ENV_IMAGE_NAME, required=True,
                help="image of the IMEX daemon pods (the driver's own image)")
     env_option(parser, "--cd-daemon-image-pull-secret-names",

@@ -11,7 +11,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 
 log = logging.getLogger(__name__)
 COMPONENT = "compute-domain-controller"

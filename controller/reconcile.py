@@ -25,12 +25,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
-from api.draclient import DraApi
-from api.kube import call
 from controller import render, status
 from controller.caches import Caches, cd_label
 from controller.config import ControllerConfig
 from controller.events import EventRecorder
+from runtime.draclient import DraApi
+from runtime.kubecall import call
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from api.logsetup import vlog
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from api.cli import Subcommands, run_program
+from runtime.cli import Subcommands, run_program
 from sim.cluster.node import MAX_NODES
 from sim.controlplane import CONTROL_PLANES, EMULATOR, KUBERNETES
 

@@ -27,7 +27,7 @@ from agent.cdispecs.claims import (
     remove_claim_spec,
     write_claim_spec,
 )
-from agent.cdispecs.edits import channel_edits, channel_node, daemon_edits
+from agent.cdispecs.device_edits import channel_edits, channel_node, daemon_edits
 from agent.cdispecs.transform import RootTransform, transform_spec
 
 __all__ = [

@@ -5,8 +5,12 @@ checksums), so a node can switch between the reference driver and ours in place.
 """
 
 from agent.checkpoint.bootid import BootIdError, read_boot_id
+from agent.checkpoint.checkpoint_errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointReadError,
+)
 from agent.checkpoint.codec import decode, encode
-from agent.checkpoint.errors import CheckpointCorruptError, CheckpointError, CheckpointReadError
 from agent.checkpoint.model import (
     TOMBSTONE_TTL,
     Checkpoint,

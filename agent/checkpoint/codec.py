@@ -17,8 +17,8 @@ from typing import Any
 
 from agent.checkpoint import godecode as go
 from agent.checkpoint import gojson, legacy, wire
+from agent.checkpoint.checkpoint_errors import CheckpointCorruptError
 from agent.checkpoint.checksum import checksum
-from agent.checkpoint.errors import CheckpointCorruptError
 from agent.checkpoint.model import (
     Checkpoint,
     ClaimEntry,

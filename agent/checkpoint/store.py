@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 from agent.checkpoint import codec
-from agent.checkpoint.errors import CheckpointCorruptError, CheckpointReadError
+from agent.checkpoint.checkpoint_errors import CheckpointCorruptError, CheckpointReadError
 from agent.checkpoint.model import Checkpoint
-from api.logsetup import vlog
 from cdi.atomic import atomic_write
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Warning Events on the daemon's own pod, so `kubectl describe pod` of the daemon pod says
 why this node's IMEX daemon is not Ready (a crash loop, a start that never finishes).
 
-A thin layer over `api.events.EventRecorder` (best effort, never blocking, bounded in
+A thin layer over `runtime.events.EventRecorder` (best effort, never blocking, bounded in
 flight, an API error only logged): the involvedObject is always this daemon's pod, and each
 reason is written at most once per `interval` (default a minute), so a crash-looping IMEX
 yields one Event per minute, not one per crash, the skipped repeats counted in the next one.
@@ -19,8 +19,8 @@ from typing import Any, Final
 from kubernetes import client
 
 from agent.daemon.identity import DaemonIdentity
-from api.corev1 import CoreV1
-from api.events import DEFAULT_INTERVAL, EventRecorder, pod_ref
+from runtime.corev1 import CoreV1
+from runtime.events import DEFAULT_INTERVAL, EventRecorder, pod_ref
 
 log = logging.getLogger(__name__)
 

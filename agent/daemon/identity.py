@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from api import names
-from api.errors import ValidationError
 from api.validation import validate_domain_id
+from api.validation_error import ValidationError
 
 MAX_NODES_LIMIT: Final = 1000
 

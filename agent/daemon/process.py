@@ -35,7 +35,7 @@ from typing import Protocol
 
 import psutil
 
-from api.logsetup import vlog
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TextIO, TypeAlias
 
-from api.logsetup import vlog
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,7 @@ from typing import Any
 from kubernetes import client
 
 from agent.daemon import files
+from agent.daemon.clique_membership import CliqueMembership
 from agent.daemon.events import (
     REASON_EXITED,
     REASON_NOT_READY,
@@ -43,16 +44,15 @@ from agent.daemon.events import (
     not_ready_message,
 )
 from agent.daemon.identity import DaemonIdentity
-from agent.daemon.legacy_membership import LegacyMembership
-from agent.daemon.membership import CliqueMembership
+from agent.daemon.legacy_clique_membership import LegacyMembership
 from agent.daemon.netcheck import check_local_address
 from agent.daemon.process import ImexLauncher, ImexProcess
 from agent.daemon.readiness import CtlRunner, ReadinessPoller, is_ready, query_state
 from api import names
-from api.corev1 import CoreV1
-from api.kube import call_retrying
-from api.logsetup import vlog
 from cdi.atomic import NotRegularFileError, read_file
+from runtime.corev1 import CoreV1
+from runtime.kubecall import call_retrying
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 

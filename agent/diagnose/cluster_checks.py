@@ -20,7 +20,7 @@ from agent.diagnose.facts import (
 from agent.diagnose.reader import named
 from agent.diagnose.report import BROKEN, WAITING, Boundary
 from api import names
-from api.nodematch import pod_spec_matches_node, untolerated_taint
+from runtime.nodematch import pod_spec_matches_node, untolerated_taint
 
 PREPARE_FAILED = "FailedPrepareDynamicResources"
 # kubelet's words for a driver it has no plugin for (newer, then older releases).

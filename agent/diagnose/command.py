@@ -28,10 +28,10 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         print(f"diagnose: {args.domain!r} is not NAMESPACE/NAME (example: default/my-domain)",
               file=err)
         return EXIT_USAGE
-    from api import kube
+    from runtime import kubecall
 
     try:
-        api = kube.api_client(args.kubeconfig)
+        api = kubecall.api_client(args.kubeconfig)
     except Exception as error:  # a bad kubeconfig, or not in a cluster
         print(f"diagnose: cannot load the cluster configuration: {error}", file=err)
         return EXIT_USAGE

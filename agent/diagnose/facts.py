@@ -14,8 +14,8 @@ from typing import Any
 
 from agent.diagnose.reader import Reader, named
 from api import draconvert, names
-from api.draclient import ResourceApiError, pick_version
 from api.imex import MODE_DRIVER_MANAGED, MODE_HOST_MANAGED
+from runtime.draclient import ResourceApiError, pick_version
 
 Obj = dict[str, Any]
 

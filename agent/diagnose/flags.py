@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from api import names
-from api.cli import Subcommands, env_option, parse_duration
 from api.imex import MODE_DRIVER_MANAGED, MODE_HOST_MANAGED
+from runtime.cli import Subcommands, env_option, parse_duration
 
 DEFAULT_DRIVER_NAMESPACE = "dra-driver-nvidia-gpu"
 DEFAULT_GRACE_S = 120.0

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from api.kube import error_text
+from runtime.kubecall import error_text
 
 Obj = dict[str, Any]
 _TIMEOUT_S = 20.0

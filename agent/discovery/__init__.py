@@ -12,14 +12,13 @@ from agent.discovery.capability import (
     read_fabric_imex_mgmt,
 )
 from agent.discovery.channels import ChannelNode, ImexChannels
-from agent.discovery.clique import CliqueTracker, clique_id, clique_id_of
 from agent.discovery.devnode import CharDevice, char_device_numbers
+from agent.discovery.discovery_error import DiscoveryError
 from agent.discovery.driverversion import (
     parse_version,
     require_dns_names_driver,
     version_at_least,
 )
-from agent.discovery.errors import DiscoveryError
 from agent.discovery.findfile import (
     BINARY_SEARCH_DIRS,
     LIBRARY_SEARCH_DIRS,
@@ -33,6 +32,7 @@ from agent.discovery.findfile import (
     require_file,
     resolve_in_root,
 )
+from agent.discovery.nvlink_clique import CliqueTracker, clique_id, clique_id_of
 from agent.discovery.nvml import (
     FabricInfo,
     FabricState,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Final
 
 from agent.discovery.devnode import MINOR_MAX, CharDevice
-from agent.discovery.errors import DiscoveryError
+from agent.discovery.discovery_error import DiscoveryError
 from agent.discovery.procdevices import read_char_major
 from api import names
 

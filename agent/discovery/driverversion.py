@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from agent.discovery.errors import DiscoveryError
+from agent.discovery.discovery_error import DiscoveryError
 from api import featuregates, names
 
 # Dotted decimal segments, leading zeros allowed ("570.158.01" == "570.158.1"), optional "v".

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from agent.discovery.errors import DiscoveryError
+from agent.discovery.discovery_error import DiscoveryError
 from agent.discovery.nvmltypes import (
     NVML_ERROR_NOT_SUPPORTED,
     NVML_SUCCESS,

@@ -14,7 +14,7 @@ from typing import Final, Protocol
 
 import pynvml
 
-from agent.discovery.errors import DiscoveryError
+from agent.discovery.discovery_error import DiscoveryError
 
 NVML_SUCCESS: Final = 0
 NVML_ERROR_NOT_SUPPORTED: Final = pynvml.NVML_ERROR_NOT_SUPPORTED

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from agent.discovery.errors import DiscoveryError
+from agent.discovery.discovery_error import DiscoveryError
 from api import names
 
 CHARACTER_HEADER: Final = "Character devices:"

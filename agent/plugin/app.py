@@ -26,18 +26,18 @@ from agent.checkpoint import (
     CheckpointStore,
     read_boot_id,
 )
-from agent.discovery import clique as clique_mod
+from agent.discovery import nvlink_clique as clique_mod
 from agent.discovery.capability import read_fabric_imex_mgmt
 from agent.discovery.channels import ImexChannels
+from agent.discovery.discovery_error import DiscoveryError
 from agent.discovery.driverversion import require_dns_names_driver
-from agent.discovery.errors import DiscoveryError
 from agent.discovery.findfile import dev_root, find_nvml_library
 from agent.discovery.nvml import FixtureSource, NvmlSource, PynvmlSource
 from agent.discovery.single_node import is_single_node_nvlink
+from agent.plugin.cdi_edits import CdiEdits
 from agent.plugin.cluster import ClusterView
 from agent.plugin.config import PluginConfig
 from agent.plugin.driver import Driver, DriverSettings
-from agent.plugin.edits import CdiEdits
 from agent.plugin.grpcserver import KubeletServers
 from agent.plugin.health import HealthServer
 from agent.plugin.maintenance import Maintenance
@@ -46,11 +46,12 @@ from agent.plugin.nodelabels import NodeLabelKeeper
 from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
-from api import featuregates, kube, names
-from api.draclient import DraApi, ResourceApiError, discover
-from api.events import EventRecorder
+from api import featuregates, names
 from api.version import version_line
 from cdi.atomic import make_dirs
+from runtime import kubecall
+from runtime.draclient import DraApi, ResourceApiError, discover
+from runtime.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class PluginApp:
         store = CheckpointStore(cfg.checkpoint_path)
         checkpoint = store.reconcile_boot_id(read_boot_id(cfg.boot_id_file))
         if self._api is None:
-            self._api = kube.api_client(cfg.kubeconfig)
+            self._api = kubecall.api_client(cfg.kubeconfig)
         try:
             dra = await discover(self._api, cfg.resource_api_version)
         except ResourceApiError as err:
@@ -177,7 +178,7 @@ class PluginApp:
             await self.slices.reconcile()
         except Exception as err:  # the background loop keeps trying
             log.warning("publishing the ResourceSlice failed (will retry): %s",
-                        kube.error_text(err))
+                        kubecall.error_text(err))
         self.slices.start()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._refresh_clique()))

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.plugin.errors import PermanentError
+from agent.plugin.claim_errors import PermanentError
 from api import names
-from api.errors import ValidationError
 from api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig, decode_config
+from api.validation_error import ValidationError
 
 OpaqueConfig = ComputeDomainChannelConfig | ComputeDomainDaemonConfig
 

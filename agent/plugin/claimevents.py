@@ -2,7 +2,7 @@
 reserved the claim (`status.reservedFor`), so `kubectl describe pod` and `diagnose` show it
 in the agent's own words next to kubelet's generic FailedPrepareDynamicResources.
 
-Writes go through `api.events.EventRecorder`: fire and forget, rate-limited per pod and
+Writes go through `runtime.events.EventRecorder`: fire and forget, rate-limited per pod and
 reason, an API error (a 403 included) only logged. Which Event for which outcome is decided
 here; when (once per call, only on a fresh Prepare) is the driver's business.
 """
@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.plugin.errors import HostNotReadyError, NotReadyError
+from agent.plugin.claim_errors import HostNotReadyError, NotReadyError
 from api import names
-from api.events import TYPE_NORMAL, TYPE_WARNING, EventRecorder, pod_ref
+from runtime.events import TYPE_NORMAL, TYPE_WARNING, EventRecorder, pod_ref
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,10 @@ from agent.plugin.domains import DomainDirectory
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.nodeops import NodeOps
 from api import names
-from api.corev1 import CoreV1
-from api.draclient import DraApi
-from api.kube import Informer, call
+from runtime.corev1 import CoreV1
+from runtime.draclient import DraApi
+from runtime.informer import Informer
+from runtime.kubecall import call
 
 # A followed watch ends this long after the last Prepare that asked for it.
 FOLLOW_GRACE_S = 10.0

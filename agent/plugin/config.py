@@ -13,10 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from api import names
-from api.cli import add_resource_api_flag, env_option, parse_bool, parse_duration
-from api.errors import ValidationError
 from api.featuregates import FeatureGates
 from api.imex import ImexConfig
+from api.validation_error import ValidationError
+from runtime.cli import (
+    add_kube_client_flags,
+    add_resource_api_flag,
+    env_option,
+    parse_bool,
+    parse_duration,
+)
 
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
 
@@ -90,12 +96,7 @@ def add_plugin_flags(
            help="the node this agent serves; also the ResourceSlice pool name")
     option(opt, "--namespace", env=names.ENV_NAMESPACE, default="default",
            help="the driver namespace, where ComputeDomainCliques live")
-    option(opt, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
-           help="kubeconfig file; empty means in-cluster configuration")
-    option(opt, "--kube-api-qps", env=names.ENV_KUBE_API_QPS, type=float, default=5.0,
-           help="accepted for compatibility with the reference driver")
-    option(opt, "--kube-api-burst", env=names.ENV_KUBE_API_BURST, type=int, default=10,
-           help="accepted for compatibility with the reference driver")
+    add_kube_client_flags(opt, option)
     option(opt, "--feature-gates", env=names.ENV_FEATURE_GATES, default="",
            help="Name=bool,Name=bool")
     add_resource_api_flag(opt, option)

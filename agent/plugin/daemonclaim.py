@@ -17,11 +17,11 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from agent.plugin.errors import PermanentError, RetryableError
+from agent.plugin.claim_errors import PermanentError, RetryableError
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.nodeops import forbidden
 from api import names
-from api.kube import error_text
+from runtime.kubecall import error_text
 
 Obj = dict[str, Any]
 # (namespace, name) -> the pod's JSON; raises ApiException.

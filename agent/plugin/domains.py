@@ -21,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, PreparedDevice, PreparedGroup
-from agent.plugin.claimconfig import Group, groups_for, parse_device
-from agent.plugin.claimevents import ChannelOutcome, ClaimEvents, wait_reason
-from agent.plugin.daemonclaim import check_daemon_claim
-from agent.plugin.errors import (
+from agent.plugin.claim_errors import (
     STILL_RETRYING,
     STILL_WAITING,
     ClaimError,
@@ -36,14 +33,17 @@ from agent.plugin.errors import (
     PermanentError,
     RetryableError,
 )
+from agent.plugin.claimconfig import Group, groups_for, parse_device
+from agent.plugin.claimevents import ChannelOutcome, ClaimEvents, wait_reason
+from agent.plugin.daemonclaim import check_daemon_claim
 from agent.plugin.grpcserver import ClaimRef, PreparedDeviceResult, PrepareResult, RpcError
 from agent.plugin.metrics import PluginMetrics
 from agent.plugin.nodelock import NodeLock
 from api import names
-from api.events import EventRecorder
-from api.logsetup import vlog
 from api.opaque import ComputeDomainChannelConfig
 from cdi.atomic import NotRegularFileError, atomic_write, make_dirs, read_file
+from runtime.events import EventRecorder
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
-from api.logsetup import v_level
 from cdi.atomic import make_dirs
+from runtime.logsetup import v_level
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
-from api.logsetup import vlog
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 SERVICES = ("", "liveness")

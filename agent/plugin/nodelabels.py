@@ -27,7 +27,8 @@ from typing import Any, Protocol
 
 from agent.checkpoint.model import Checkpoint, ClaimState
 from api import names
-from api.kube import Informer, error_text
+from runtime.informer import Informer
+from runtime.kubecall import error_text
 
 log = logging.getLogger(__name__)
 RESYNC_S = 30.0  # a repair that failed (API down) is tried again after this at the latest

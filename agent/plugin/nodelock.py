@@ -14,7 +14,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from agent.plugin.errors import RetryableError
+from agent.plugin.claim_errors import RetryableError
 
 
 class NodeLock:

@@ -14,12 +14,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from agent.plugin.errors import PermanentError, RetryableError
+from agent.plugin.claim_errors import PermanentError, RetryableError
 from agent.plugin.grpcserver import ClaimRef, RpcError
 from api import names
-from api.corev1 import MERGE_PATCH, CoreV1
-from api.draclient import DraApi
-from api.kube import call, error_text
+from runtime.corev1 import MERGE_PATCH, CoreV1
+from runtime.draclient import DraApi
+from runtime.kubecall import call, error_text
 
 log = logging.getLogger(__name__)
 _CONFLICT_RETRIES = 8

@@ -16,9 +16,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
-from api.corev1 import CoreV1
-from api.draclient import DraApi
-from api.kube import Informer, call, error_text
+from runtime.corev1 import CoreV1
+from runtime.draclient import DraApi
+from runtime.informer import Informer
+from runtime.kubecall import call, error_text
 
 log = logging.getLogger(__name__)
 

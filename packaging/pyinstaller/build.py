@@ -26,8 +26,8 @@ SPEC = HERE / "compute-domain.spec"
 NAMES = {"agent": "compute-domain-agent", "controller": "compute-domain-controller"}
 # What each binary is built from: a binary older than any of these is stale.
 SOURCES = {
-    "agent": ("agent", "api", "cdi"),
-    "controller": ("controller", "api"),
+    "agent": ("agent", "api", "cdi", "runtime"),
+    "controller": ("controller", "api", "runtime"),
 }
 BUILD_INPUTS = (HERE / "compute-domain.spec", HERE / "build.py", REPO / "pyproject.toml",
                 REPO / ".venv" / ".installed")

@@ -23,8 +23,9 @@ from typing import Any, Generic, TypeVar
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from api.draclient import DraApi
-from api.kube import Informer, call, error_text
+from runtime.draclient import DraApi
+from runtime.informer import Informer
+from runtime.kubecall import call, error_text
 
 log = logging.getLogger(__name__)
 

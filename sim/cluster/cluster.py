@@ -54,7 +54,7 @@ from typing import Any, Final
 from kubernetes import client
 
 from api import draconvert, names
-from api.kube import call, call_retrying
+from runtime.kubecall import call, call_retrying
 from sim.apiserver.process import ServerProcess
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests

@@ -29,8 +29,9 @@ from typing import Any, TextIO, TypeVar
 from kubernetes import client
 
 from api import names
-from api.draclient import discover
-from api.kube import Informer, call, is_transient
+from runtime.draclient import discover
+from runtime.informer import Informer
+from runtime.kubecall import call, is_transient
 from sim.cluster import example
 from sim.cluster.cluster import ClusterSpec, SimCluster
 from sim.cluster.evidence import EvidenceChain, Snapshot

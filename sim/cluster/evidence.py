@@ -24,8 +24,8 @@ from typing import Any, Final
 from kubernetes import client
 
 from api import names
-from api.draclient import discover
-from api.kube import call
+from runtime.draclient import discover
+from runtime.kubecall import call
 
 Obj = dict[str, Any]
 

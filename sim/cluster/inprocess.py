@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from agent import cli as agent_cli
-from api import kube, names
-from api.cli import program_parser
+from api import names
+from runtime import kubecall
+from runtime.cli import program_parser
 from sim.cluster.inprocess_imex import KILLED, InProcessCtl, InProcessImexLauncher
 from sim.cluster.sandbox import Launch, SandboxExecutor
 
@@ -66,7 +67,9 @@ class LogRouter(logging.Handler):
     verbosity and do not propagate; a record from outside any such context (an informer
     thread, the sim itself) goes on to the root logger if it would have before."""
 
-    def __init__(self, verbosity: int, loggers: Sequence[str] = ("agent", "api")) -> None:
+    def __init__(
+        self, verbosity: int, loggers: Sequence[str] = ("agent", "api", "runtime")
+    ) -> None:
         super().__init__()
         self.setFormatter(logging.Formatter(_FORMAT))
         self.var: contextvars.ContextVar[IO[str] | None] = contextvars.ContextVar(
@@ -404,7 +407,7 @@ class InProcessAgent:
             raise RuntimeError(f"{self.name} is already running (in-process)")
         from agent.plugin.app import run
         from agent.plugin.config import config_from_args
-        from api.errors import ValidationError
+        from api.validation_error import ValidationError
 
         stream = self._stream = _open_log(self.log_path)
         stream.write(f"--- start {self.starts + 1} (in-process): {' '.join(self.argv)}\n")
@@ -418,7 +421,7 @@ class InProcessAgent:
         except (SystemExit, ValidationError) as err:
             stream.write(f"{agent_cli.PROG} plugin: {err}\n")
             raise RuntimeError(f"{self.name}: bad agent command line: {err}") from None
-        api = kube.api_client(config.kubeconfig)
+        api = kubecall.api_client(config.kubeconfig)
         self._stop = asyncio.Event()
 
         async def main(stop: asyncio.Event) -> int:

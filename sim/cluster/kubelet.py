@@ -40,8 +40,9 @@ from typing import Any
 from kubernetes import client
 
 from api import names
-from api.draclient import DraApi
-from api.kube import Informer, call, call_retrying
+from runtime.draclient import DraApi
+from runtime.informer import Informer
+from runtime.kubecall import call, call_retrying
 from sim.cluster.containerconfig import NodeContext
 from sim.cluster.containers import ContainerExecutor
 from sim.cluster.dra import DraClient, PluginWatcher

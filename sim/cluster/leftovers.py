@@ -15,7 +15,7 @@ import psutil
 from kubernetes import client
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.cluster.evidence import Snapshot
 
 BASE_SPEC_SUFFIX = "device_base.yaml"

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from api.kube import call, error_text, status_of
+from runtime.kubecall import call, error_text, status_of
 
 log = logging.getLogger(__name__)
 

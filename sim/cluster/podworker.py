@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
-from api.kube import call, error_text, status_of
 from cdi import CDIError
+from runtime.kubecall import call, error_text, status_of
 from sim.cluster import containerconfig, volumes
 from sim.cluster.containers import Container, backoff, now
 from sim.cluster.containerview import ContainerView, container_view

@@ -21,9 +21,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from api.draclient import DraApi
-from api.kube import Informer, call
-from api.nodematch import node_selector_matches, pod_spec_matches_node, untolerated_taint
+from runtime.draclient import DraApi
+from runtime.informer import Informer
+from runtime.kubecall import call
+from runtime.nodematch import node_selector_matches, pod_spec_matches_node, untolerated_taint
 from sim.cluster.cel import SelectorEvaluator
 
 log = logging.getLogger(__name__)

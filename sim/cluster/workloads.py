@@ -32,8 +32,9 @@ from typing import Any
 
 from kubernetes import client
 
-from api.kube import Informer, call, error_text, status_of
-from api.nodematch import pod_spec_matches_node, untolerated_taint
+from runtime.informer import Informer
+from runtime.kubecall import call, error_text, status_of
+from runtime.nodematch import pod_spec_matches_node, untolerated_taint
 
 log = logging.getLogger(__name__)
 

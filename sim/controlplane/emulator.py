@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from api.draclient import pick_version
+from runtime.draclient import pick_version
 from sim.apiserver.authn import ADMIN, TokenAuthenticator
 from sim.apiserver.discovery import SERVER_VERSION
 from sim.apiserver.process import ServerProcess

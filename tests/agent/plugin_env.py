@@ -495,7 +495,7 @@ def cluster(k8s, project_crds) -> ClusterObjects:
 def waiting_reason(resp: Any, uid: str) -> str:
     """The reason a claim is still waiting at the end of a Prepare call (an error that
     kubelet records on the pod and retries), failing if the claim got anything else."""
-    from agent.plugin.errors import STILL_RETRYING, STILL_WAITING
+    from agent.plugin.claim_errors import STILL_RETRYING, STILL_WAITING
 
     assert uid in resp.claims, f"claim {uid} left out of the response"
     error = resp.claims[uid].error

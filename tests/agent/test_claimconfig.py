@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from agent.plugin.claim_errors import PermanentError
 from agent.plugin.claimconfig import groups_for, parse_device
-from agent.plugin.errors import PermanentError
 from api import names
 
 DRIVER = names.DRIVER_NAME

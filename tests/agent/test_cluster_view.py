@@ -11,7 +11,7 @@ from kubernetes import client
 
 from agent.plugin.cluster import ClusterView
 from api import names
-from api.draclient import DraApi
+from runtime.draclient import DraApi
 
 NS = "nvidia-dra-driver"
 NODE = "node-a"

@@ -279,7 +279,7 @@ def test_a_forbidden_event_does_not_fail_prepare(short_dir, tmp_path, caplog):
         assert resp.claims[claim["metadata"]["uid"]].error == ""
         flush(agent)
         assert events(objects) == []
-        denied = [r.getMessage() for r in caplog.records if r.name == "api.events"]
+        denied = [r.getMessage() for r in caplog.records if r.name == "runtime.events"]
         assert any(f"could not record event {names.EVENT_CHANNEL_PREPARED} on pod default/wl"
                    in m and "403" in m for m in denied), denied
     finally:

@@ -1,6 +1,6 @@
 """The emulator serving resource.k8s.io as Kubernetes 1.32 (v1beta1 only) and 1.33 (v1beta1,
 v1beta2) do (sim/apiserver/versions.py): discovery, the served shapes on the wire, a v1 body
-sent to a beta endpoint, watches, kubectl, and the driver's client (api/draclient.py)."""
+sent to a beta endpoint, watches, kubectl, and the driver's client (runtime/draclient.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from api.draclient import DraApi, discover
+from runtime.draclient import DraApi, discover
 from sim.apiserver.runner import ServerThread
 
 GROUP = "resource.k8s.io"

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from results import write_section  # noqa: E402
 
 from api import names  # noqa: E402
-from api.kube import call  # noqa: E402
+from runtime.kubecall import call  # noqa: E402
 from sim.cluster.cluster import ClusterSpec, SimCluster  # noqa: E402
 from sim.cluster.demo import create_objects  # noqa: E402
 from sim.cluster.example import builtin  # noqa: E402

@@ -11,7 +11,7 @@ from controller_env import DRIVER_NS, Api, ControllerThread, make_config, wait_f
 from kubernetes import client
 
 from api import names
-from api.draclient import DraApi
+from runtime.draclient import DraApi
 
 
 @pytest.fixture

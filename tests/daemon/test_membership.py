@@ -9,12 +9,9 @@ import time
 import pytest
 from kubernetes import client
 
-from agent.daemon.legacy_membership import LegacyMembership
-from agent.daemon.membership import (
-    CliqueFullError,
-    CliqueMembership,
-    MembershipError,
-)
+from agent.daemon.clique_membership import CliqueMembership
+from agent.daemon.legacy_clique_membership import LegacyMembership
+from agent.daemon.membership_base import CliqueFullError, MembershipError
 from api import names
 
 NS = "default"

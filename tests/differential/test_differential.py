@@ -403,8 +403,8 @@ def test_the_drivers_own_objects(pair: Pair) -> None:
     leader Lease. A default the real server adds and the emulator does not would make a
     driver comparing its object with the stored one see a drift that is not there."""
     from agent.plugin.slices import desired_devices, slice_body
-    from api.events import EventRecorder, pod_ref
     from controller import render
+    from runtime.events import EventRecorder, pod_ref
 
     ns = namespace(pair, "diff-driver")
     driver_ns = namespace(pair, "diff-driver-system")

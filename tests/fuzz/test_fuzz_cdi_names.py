@@ -14,7 +14,7 @@ from fuzz_support import FUZZ, mutated, outcome
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from cdi.errors import CDIError
+from cdi.cdi_error import CDIError
 from cdi.names import (
     QualifiedName,
     format_qualified_name,

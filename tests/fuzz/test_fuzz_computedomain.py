@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api.computedomain import ComputeDomain
-from api.errors import ValidationError
+from api.validation_error import ValidationError
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
 

@@ -1,4 +1,4 @@
-"""Flag and environment values: `api.cli` (parse_bool, parse_duration, env_option) and
+"""Flag and environment values: `runtime.cli` (parse_bool, parse_duration, env_option) and
 `api.featuregates.FeatureGates.parse`.
 
 Properties: any text is accepted or refused with `argparse.ArgumentTypeError` /
@@ -17,9 +17,9 @@ from fuzz_support import FUZZ, outcome
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from api.cli import env_option, parse_bool, parse_duration
-from api.errors import ValidationError
 from api.featuregates import KNOWN_GATES, FeatureGates
+from api.validation_error import ValidationError
+from runtime.cli import env_option, parse_bool, parse_duration
 
 duration_text = st.text(alphabet="0123456789.-+ eEnumsµhinfaINF_\u0661", max_size=14)
 BOOLS = ["1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"]
@@ -105,6 +105,6 @@ def test_feature_gates_parse(text):
 )
 def test_non_finite_or_python_only_durations_are_refused(text):
     # Found by this fuzzing: float() let `nan`, `inf` and `1_0` through as durations
-    # (api/cli.py parse_duration); a NaN poll interval or timeout never compares as due.
+    # (runtime/cli.py parse_duration); a NaN poll interval or timeout never compares as due.
     with pytest.raises(argparse.ArgumentTypeError):
         parse_duration(text)

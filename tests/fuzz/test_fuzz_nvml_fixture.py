@@ -18,7 +18,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agent.discovery import DiscoveryError, FabricInfo, FixtureSource, Gpu
-from agent.discovery.clique import clique_id_of
+from agent.discovery.nvlink_clique import clique_id_of
 from agent.discovery.nvml import NvmlFailure, write_fixture
 from api.validation import label_value_problem
 

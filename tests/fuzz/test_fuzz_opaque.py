@@ -1,7 +1,7 @@
 """Opaque device configs (`api.opaque.decode_config`): untrusted claim parameters.
 
 Property: for any bytes, text or mapping, strict and non-strict decoding either return a
-validated config or raise `api.errors.ValidationError` with a one-line message; a
+validated config or raise `api.validation_error.ValidationError` with a one-line message; a
 returned config's domainID is always a safe path component and label value; the input
 mapping is never modified.
 """
@@ -16,9 +16,9 @@ from fuzz_support import FUZZ, dumps, json_scalars, json_values, mutated, outcom
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from api.errors import ValidationError
 from api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig, decode_config
 from api.validation import label_value_problem, path_component_problem
+from api.validation_error import ValidationError
 
 AV = "resource.nvidia.com/v1beta1"
 UID = "8b5cd1b6-5f1e-4a5b-9a53-0c1d2e3f4a5b"

@@ -15,8 +15,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
-from api.draclient import DraApi
 from api.version import __version__
+from runtime.draclient import DraApi
 from sim.apiserver.authn import TokenAuthenticator
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
@@ -287,7 +287,7 @@ def test_kubelet_plugin_service_account(secured: dict[str, client.ApiClient]) ->
     from agent.plugin.claimevents import ClaimEvents
     from agent.plugin.nodeops import NodeOps
     from agent.plugin.slices import SlicePublisher
-    from api.events import EventRecorder
+    from runtime.events import EventRecorder
 
     sa = secured[SA_PLUGIN]
     custom, core = client.CustomObjectsApi(sa), client.CoreV1Api(sa)

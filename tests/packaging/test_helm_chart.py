@@ -264,7 +264,7 @@ def test_resource_api_version_is_honoured(helm_bin: Path) -> None:
     objects = render(helm_bin, "--api-versions", "resource.k8s.io/v1")
     assert {o["apiVersion"] for o in objects if o["kind"] == "DeviceClass"} == {
         "resource.k8s.io/v1"}
-    # Unpinned, the driver finds the served version itself (api/draclient.py).
+    # Unpinned, the driver finds the served version itself (runtime/draclient.py).
     for kind in ("Deployment", "DaemonSet"):
         assert "RESOURCE_API_VERSION" not in env(pod_spec(objects, kind)["containers"][0])
 

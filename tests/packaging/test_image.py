@@ -87,6 +87,6 @@ def test_build_context_has_every_source_and_nothing_else():
             copied.update(s.rstrip("/").removeprefix("./") for s in args.split()[:-1])
     assert copied == allowed
     # Every package the two programs are built from (packaging/pyinstaller/build.py SOURCES).
-    for package in ("agent", "api", "cdi", "controller", "packaging/pyinstaller"):
+    for package in ("agent", "api", "cdi", "controller", "runtime", "packaging/pyinstaller"):
         assert package in copied
     assert "sim" not in copied and "tests" not in copied

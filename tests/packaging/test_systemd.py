@@ -11,8 +11,8 @@ import pytest
 
 from agent.cli import add_commands
 from agent.plugin.config import config_from_args
-from api.cli import program_parser
 from api.featuregates import COMPUTE_DOMAIN_CLIQUES, HOST_MANAGED_IMEX_DAEMON
+from runtime.cli import program_parser
 from sim.cluster import manifests
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from kubernetes import client
 from scenario_env import delete_until_clean, ready, run_scenario, snapshot
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.cluster.cluster import SimCluster
 from sim.cluster.demo import create_objects
 from sim.cluster.example import NAMESPACE, builtin

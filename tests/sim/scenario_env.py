@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.cluster.cluster import ClusterSpec, SimCluster
 from sim.cluster.demo import create_objects, delete_objects, wait_clean, wait_ready
 from sim.cluster.evidence import EvidenceChain, Snapshot

@@ -13,7 +13,7 @@ from test_diagnose import BOUNDARIES, statuses, verdict
 
 from agent.diagnose.report import OK, SKIPPED
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.cluster.cluster import SimCluster
 from sim.cluster.demo import create_objects
 from sim.cluster.example import builtin

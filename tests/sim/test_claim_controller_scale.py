@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.apiserver.authn import TokenAuthenticator
 from sim.apiserver.runner import ServerThread
 from sim.cluster.claims import ClaimController, WorkQueue

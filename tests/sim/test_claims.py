@@ -11,7 +11,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.cluster.cel import SelectorEvaluator
 from sim.cluster.claims import POD_CLAIM_NAME_ANNOTATION, ClaimController
 

@@ -17,7 +17,7 @@ from agent.diagnose.command import diagnose
 from agent.diagnose.reader import Reader
 from agent.diagnose.report import BROKEN, OK, SKIPPED, UNCHECKED, Report
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.cluster.cluster import SimCluster
 from sim.cluster.demo import create_objects
 from sim.cluster.example import builtin

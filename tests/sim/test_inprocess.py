@@ -57,7 +57,7 @@ def _chain(cluster: SimCluster, name: str) -> EvidenceChain:
 async def _pod_node(cluster: SimCluster, pod: str) -> str:
     from kubernetes import client
 
-    from api.kube import call
+    from runtime.kubecall import call
 
     assert cluster.admin is not None
     obj = await call(client.CoreV1Api(cluster.admin).read_namespaced_pod, pod, example.NAMESPACE)

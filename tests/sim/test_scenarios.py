@@ -30,7 +30,7 @@ from scenario_env import (
 )
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.cluster.cluster import SimCluster
 from sim.cluster.demo import create_objects
 from sim.cluster.example import NAMESPACE, builtin, workload_pod

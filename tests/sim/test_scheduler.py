@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from api import names
-from api.kube import call
+from runtime.kubecall import call
 from sim.cluster.claims import ClaimController
 from sim.cluster.scheduler import Scheduler
 

@@ -28,8 +28,9 @@ from scenario_env import (
     snapshot,
 )
 
-from api import kube, names
-from api.kube import call
+from api import names
+from runtime import kubecall
+from runtime.kubecall import call
 from sim.cluster.cluster import SimCluster
 from sim.cluster.example import builtin
 from sim.cluster.node import clique_id
@@ -83,7 +84,7 @@ def test_a_compromised_node_and_daemon_are_scoped_and_lost_labels_come_back(
         assert labeled_nodes(snap, uid) == {"node-01", "node-02"}
 
         # node-01's kubelet plugin: only its own Node, only the driver's labels.
-        plugin = kube.api_client(str(cluster.kubeconfigs["agent-node-01"]))
+        plugin = kubecall.api_client(str(cluster.kubeconfigs["agent-node-01"]))
         core = client.CoreV1Api(plugin)
         taint = {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}
         body_ = await _forbidden(core.patch_node, "node-02", taint)
@@ -104,7 +105,7 @@ def test_a_compromised_node_and_daemon_are_scoped_and_lost_labels_come_back(
                     if p["spec"].get("nodeName") == "node-01"]
         [peer] = [p for p in pods_of(snap, cluster.namespace, uid)
                   if p["spec"].get("nodeName") == "node-02"]
-        imex = kube.api_client(str(_daemon_kubeconfig(cluster, "node-01", daemon)))
+        imex = kubecall.api_client(str(_daemon_kubeconfig(cluster, "node-01", daemon)))
         custom = client.CustomObjectsApi(imex)
         args = (names.GROUP, names.VERSION, cluster.namespace, names.PLURAL_CLIQUES)
         clique_name = names.clique_object_name(uid, clique_id(1))

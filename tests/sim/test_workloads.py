@@ -19,8 +19,8 @@ import pytest
 from kubernetes import client
 
 from api import names
-from api.kube import call
 from controller.render import RenderSettings, daemon_set
+from runtime.kubecall import call
 from sim.cluster.workloads import (
     REVISION as REVISION_KEY,
 )
@@ -376,7 +376,7 @@ async def _status_matches(
 
 @pytest.fixture(autouse=True)
 def _quiet_informer_logs(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("ERROR", logger="api.kube")
+    caplog.set_level("ERROR", logger="runtime")
 
 
 # --- Deployments, ReplicaSets and DaemonSet rollouts, on both control planes ------------------

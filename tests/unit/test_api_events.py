@@ -1,4 +1,4 @@
-"""api.events.EventRecorder: the rate limit per (object, reason, key), the skipped count in
+"""runtime.events.EventRecorder: the rate limit per (object, reason, key), the skipped count in
 the next message, the body, truncation, and forgetting old keys."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from api import events as events_mod
-from api.events import MESSAGE_LIMIT, EventRecorder, pod_ref
+from runtime import events as events_mod
+from runtime.events import MESSAGE_LIMIT, EventRecorder, pod_ref
 
 
 class FakeCore:

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api import featuregates as fg
-from api.errors import ValidationError
 from api.featuregates import FeatureGates
+from api.validation_error import ValidationError
 
 # What the reference controller puts in the daemon's FEATURE_GATES with default gates.
 REFERENCE_DEFAULT_RENDERING = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from api.errors import ValidationError
 from api.imex import ImexConfig, ImexMode
+from api.validation_error import ValidationError
 
 
 @pytest.mark.parametrize(

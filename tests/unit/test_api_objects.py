@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from api.clique import ComputeDomainClique, ComputeDomainDaemonInfo
 from api.computedomain import ComputeDomain, ComputeDomainNode, ComputeDomainStatus
-from api.errors import ValidationError
+from api.validation_error import ValidationError
 
 CD = {
     "apiVersion": "resource.nvidia.com/v1beta1",

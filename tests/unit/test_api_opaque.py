@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.errors import ValidationError
 from api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig, decode_config
+from api.validation_error import ValidationError
 
 UID = "8b5cd1b6-5f1e-4a5b-9a53-0c1d2e3f4a5b"
 AV = "resource.nvidia.com/v1beta1"

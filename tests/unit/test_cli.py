@@ -31,7 +31,7 @@ def test_no_command_prints_usage_and_fails():
 
 
 def test_subcommands_registered_by_a_program_run_their_handler(capsys):
-    from api.cli import run_program
+    from runtime.cli import run_program
 
     def add(sub):
         hello = sub.add_parser("hello")

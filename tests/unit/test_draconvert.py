@@ -1,5 +1,5 @@
 """resource.k8s.io v1 <-> v1beta1/v1beta2 conversion (api/draconvert.py) and the version
-choice (api/draclient.py), against objects shaped as the upstream API types define them
+choice (runtime/draclient.py), against objects shaped as the upstream API types define them
 (https://github.com/kubernetes/api/blob/master/resource/v1beta1/types.go)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api import draconvert
-from api.cli import parse_resource_api_version
-from api.draclient import ResourceApiError, discover, pick_version
+from runtime.cli import parse_resource_api_version
+from runtime.draclient import ResourceApiError, discover, pick_version
 
 V1BETA1_SLICE = {
     "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceSlice",

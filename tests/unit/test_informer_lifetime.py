@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from api.kube import Informer
+from runtime.informer import Informer
 
 
 def test_thread_ends_once_its_loop_is_closed() -> None:

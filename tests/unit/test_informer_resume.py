@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 from kubernetes import client
 
-from api import kube
-from api.kube import Informer
+from runtime import informer
+from runtime.informer import Informer
 from sim.apiserver.runner import ServerThread
 
 USER = ""  # the fixture's client sends no credentials
@@ -31,7 +31,7 @@ def _post(server: ServerThread, action: str) -> None:
 
 def test_a_timed_out_watch_resumes_and_only_410_lists_again(
         apiserver: ServerThread, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kube, "WATCH_TIMEOUT_S", 1)  # the server ends each watch after 1 s
+    monkeypatch.setattr(informer, "WATCH_TIMEOUT_S", 1)  # the server ends each watch after 1 s
     api = apiserver.api_client()
     core = client.CoreV1Api(api)
     core.create_namespaced_config_map("default", {"metadata": {"name": "first"}})
@@ -54,7 +54,7 @@ def test_a_timed_out_watch_resumes_and_only_410_lists_again(
             assert {"first", "later"} <= set(informer.items)
             assert _requests(apiserver).get("list") == 1
             # From the next watch on, no timeout (nor its bookmark) comes during the rest.
-            monkeypatch.setattr(kube, "WATCH_TIMEOUT_S", 600)
+            monkeypatch.setattr(informer, "WATCH_TIMEOUT_S", 600)
             watches = _requests(apiserver).get("watch", 0)
             while _requests(apiserver).get("watch", 0) == watches:
                 await asyncio.sleep(0.2)

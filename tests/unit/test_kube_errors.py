@@ -1,8 +1,8 @@
-"""`api.kube.error_text`: one readable log line for an API error."""
+"""`runtime.kubecall.error_text`: one readable log line for an API error."""
 
 from kubernetes.client.rest import ApiException
 
-from api.kube import error_text
+from runtime.kubecall import error_text
 
 
 def test_api_error_is_status_reason_and_server_message() -> None:
@@ -23,7 +23,7 @@ def test_call_retrying_retries_transient_errors_only() -> None:
 
     import pytest
 
-    from api.kube import call_retrying
+    from runtime.kubecall import call_retrying
 
     attempts: list[int] = []
 

@@ -1,5 +1,5 @@
-"""The dependency arrows of DESIGN.md: api and cdi import nothing of ours; agent and
-controller never import each other."""
+"""The dependency arrows: api and cdi import nothing of ours; runtime (what the agent and the
+controller share at run time) imports only api; agent and controller never import each other."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = {"api", "cdi", "agent", "controller", "sim"}
+OURS = {"api", "cdi", "runtime", "agent", "controller", "sim"}
 ALLOWED = {
     "api": {"api"},
     "cdi": {"cdi"},
-    "agent": {"api", "cdi", "agent"},
-    "controller": {"api", "controller"},
+    "runtime": {"api", "runtime"},
+    "agent": {"api", "cdi", "runtime", "agent"},
+    "controller": {"api", "runtime", "controller"},
     "sim": OURS,
 }
 

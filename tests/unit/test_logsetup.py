@@ -1,4 +1,4 @@
-"""klog-style verbosity and formats (api/logsetup.py), and the flags of both programs."""
+"""klog-style verbosity and formats (runtime/logsetup.py), and the flags of both programs."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from api.errors import ValidationError
-from api.logsetup import (
+from api.validation_error import ValidationError
+from runtime.logsetup import (
     add_logging_flags,
     configure_logging,
     v_level,
@@ -207,7 +207,7 @@ def test_the_controller_refuses_a_bad_logging_format():
 
 
 def test_a_process_logs_json_to_stderr():
-    script = ("import logging\nfrom api.logsetup import configure_logging, vlog\n"
+    script = ("import logging\nfrom runtime.logsetup import configure_logging, vlog\n"
               "configure_logging(1, 'json')\nlog = logging.getLogger('agent.x')\n"
               "log.info('hello')\nvlog(log, 1, 'one')\nvlog(log, 2, 'two')\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -11,7 +11,7 @@ import pytest
 
 from agent import prestart
 from agent.cli import add_commands
-from api.cli import program_parser
+from runtime.cli import program_parser
 from sim.cluster.node import NodeHost
 
 SMI_OK = "#!/bin/sh\necho 'NVIDIA-SMI version  : 580.82.07'\n"

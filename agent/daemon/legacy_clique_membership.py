@@ -2,7 +2,7 @@
 entries when the ComputeDomainCliques feature gate is off (reference daemon.md section 2).
 
 The write protocol (optimistic full updates, fresh re-GET on conflict) and the decisions
-on rejoin and leave are those of `agent.daemon.membership`, whose module docstring has them.
+on rejoin and leave are those of `agent.daemon.clique_membership`, whose module docstring has them.
 """
 
 from __future__ import annotations
@@ -13,17 +13,18 @@ import random
 
 from kubernetes import client
 
-from agent.daemon.membership import (
+from agent.daemon.membership_base import (
     MembershipError,
     Obj,
     OnUpdate,
-    _deliver,
-    _entry_index,
-    _OptimisticWriter,
+    OptimisticWriter,
+    deliver_updates,
+    entry_index,
     smallest_free_index,
 )
 from api import names
-from api.kube import Informer, call_retrying
+from runtime.informer import Informer
+from runtime.kubecall import call_retrying
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def _without_own(entries: list[Obj], key: str, node_name: str, ip: str | None) -
     return keep
 
 
-class LegacyMembership(_OptimisticWriter):
+class LegacyMembership(OptimisticWriter):
     """Our node's entry in `ComputeDomain.status.nodes` (ComputeDomainCliques=false).
 
     Entries are `{name, ipAddress, cliqueID, index, status}`; index allocation only counts
@@ -127,7 +128,7 @@ class LegacyMembership(_OptimisticWriter):
             nodes = self._nodes(self._ours(obj))
             entry = self._own(nodes)
             if entry is None:
-                used = {_entry_index(n) for n in nodes if n.get("cliqueID") == self.clique_id}
+                used = {entry_index(n) for n in nodes if n.get("cliqueID") == self.clique_id}
                 limit = self.max_nodes if self.clique_id else None
                 index = smallest_free_index(
                     used, limit, f"clique {self.clique_id!r} of {self._where()}",
@@ -152,7 +153,7 @@ class LegacyMembership(_OptimisticWriter):
         result = await self._mutate(mutate, create=False)
         entry = self._own(self._nodes(self._ours(result)))
         assert entry is not None
-        self.index = _entry_index(entry)
+        self.index = entry_index(entry)
         log.info(
             "joined %s as index %d of clique %r (node %s, IP %s)",
             self._where(),
@@ -220,7 +221,7 @@ class LegacyMembership(_OptimisticWriter):
     async def watch(self, on_update: OnUpdate) -> None:
         """Call `on_update(entries of our clique)` on every change of them, until cancelled."""
         informer = self._informer()
-        await _deliver(
+        await deliver_updates(
             informer, lambda: self._same_clique(informer.items.get(self.cd_name)), on_update
         )
 

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from api.corev1 import CoreV1
-from api.kube import call, error_text
+from runtime.corev1 import CoreV1
+from runtime.kubecall import call, error_text
 
 TYPE_WARNING: Final = "Warning"
 TYPE_NORMAL: Final = "Normal"

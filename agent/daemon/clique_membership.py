@@ -38,145 +38,33 @@ Decisions (where the reference is silent or the brief left a choice):
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
 from kubernetes import client
 
+from agent.daemon.membership_base import (
+    MAX_ATTEMPTS,
+    CliqueFullError,
+    MembershipError,
+    Obj,
+    OnUpdate,
+    OptimisticWriter,
+    deliver_updates,
+    entry_index,
+    smallest_free_index,
+)
 from api import names
-from api.kube import Informer, call_retrying, status_of
+from runtime.informer import Informer
+from runtime.kubecall import call_retrying
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-OnUpdate = Callable[[list[Obj]], Awaitable[None]]
-
 JSON_PATCH = "application/json-patch+json"
-# Retry immediately after a conflict, with up to this much jitter (seconds).
-CONFLICT_JITTER_S = 0.02
-# A bound so a pathological loop surfaces as an error instead of spinning forever.
-MAX_ATTEMPTS = 200
 
 
-class MembershipError(RuntimeError):
-    """The entry cannot be written (the object is not ours, or retries ran out)."""
-
-
-class CliqueFullError(MembershipError):
-    """Every index below the maximum is taken."""
-
-
-def smallest_free_index(
-    used: set[int], max_nodes: int | None, where: str, preferred: int | None = None
-) -> int:
-    """`preferred` (the index this daemon held before its entry or the whole clique was
-    deleted) while it is free and within the limit, so a recreated clique keeps every
-    surviving daemon's index and no IMEX restarts; else the smallest non-negative integer
-    not in `used` (gaps are filled so surviving daemons keep their DNS names).
-    `max_nodes=None` skips the limit."""
-    if (preferred is not None and preferred >= 0 and preferred not in used
-            and (max_nodes is None or preferred < max_nodes)):
-        return preferred
-    index = 0
-    while index in used:
-        index += 1
-    if max_nodes is not None and index >= max_nodes:
-        raise CliqueFullError(
-            f"{where} is full: {len(used)} daemons hold every index below the maximum of "
-            f"{max_nodes} nodes per IMEX domain; raise --max-nodes-per-imex-domain "
-            f"({names.ENV_MAX_NODES_PER_IMEX_DOMAIN}) to admit more (no available indices "
-            f"within maxNodesPerIMEXDomain ({max_nodes}))"
-        )
-    return index
-
-
-class _OptimisticWriter:
-    """GET, mutate, full update; on 409 re-GET and retry at once with jitter."""
-
-    def __init__(self, api_client: client.ApiClient, rng: random.Random | None) -> None:
-        self._custom = client.CustomObjectsApi(api_client)
-        self._rng = rng or random.Random()
-        self.writes = 0  # successful creates and updates
-        self.conflicts = 0  # 409s: lost update races and lost create races
-        self.reads = 0
-
-    # Subclasses provide these three.
-    async def _get(self) -> Obj | None:
-        raise NotImplementedError
-
-    async def _put(self, obj: Obj) -> Obj:
-        raise NotImplementedError
-
-    async def _create(self, mutate: Callable[[Obj | None], Obj | None]) -> Obj | None:
-        """Create the object if this kind of writer may (None: it may not)."""
-        return None
-
-    async def _read(self) -> Obj | None:
-        self.reads += 1
-        try:
-            return await self._get()
-        except client.ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-
-    async def _create_or_lost(self, mutate: Callable[[Obj | None], Obj | None]) -> Obj | None:
-        """Create the object; None when a peer created it first (409 AlreadyExists, a
-        conflict: the caller reads the peer's and goes on)."""
-        try:
-            created = await self._create(mutate)
-        except client.ApiException as err:
-            if err.status != 409:
-                raise
-            self.conflicts += 1
-            return None
-        self.writes += 1
-        return created
-
-    async def _jitter(self) -> None:
-        await asyncio.sleep(self._rng.uniform(0, CONFLICT_JITTER_S))
-
-    async def _mutate(
-        self, mutate: Callable[[Obj | None], Obj | None], *, create: bool
-    ) -> Obj | None:
-        """Apply `mutate` (which returns the object to write, or None for no write) until a
-        write sticks. With `create`, a missing object is created from `mutate(None)`."""
-        obj = await self._read()
-        for _ in range(MAX_ATTEMPTS):
-            if obj is None:
-                if not create:
-                    mutate(None)  # lets the caller raise for a missing object
-                    return None
-                created = await self._create_or_lost(mutate)
-                if created is None:
-                    obj = await self._read()
-                    continue
-                return created
-            new = mutate(copy.deepcopy(obj))
-            if new is None:
-                return obj
-            try:
-                result = await self._put(new)
-            except client.ApiException as err:
-                if status_of(err) not in (409, 404):
-                    raise
-                self.conflicts += 1
-                await self._jitter()
-                obj = await self._read()
-                continue
-            self.writes += 1
-            return result
-        raise MembershipError(f"gave up after {MAX_ATTEMPTS} conflicting writes")
-
-
-def _entry_index(entry: Obj) -> int:
-    return int(entry.get("index", 0))
-
-
-class CliqueMembership(_OptimisticWriter):
+class CliqueMembership(OptimisticWriter):
     """Our daemon's entry in the ComputeDomainClique `<cdUID>.<cliqueID>` in `namespace`."""
 
     def __init__(
@@ -299,7 +187,7 @@ class CliqueMembership(_OptimisticWriter):
     def _free_index(self, daemons: list[Obj], skip: int | None = None) -> int:
         """The smallest free index (or our former one) among `daemons`, not counting the
         entry at position `skip` (our own)."""
-        used = {_entry_index(d) for i, d in enumerate(daemons) if i != skip}
+        used = {entry_index(d) for i, d in enumerate(daemons) if i != skip}
         return smallest_free_index(
             used,
             self.max_nodes,
@@ -317,7 +205,7 @@ class CliqueMembership(_OptimisticWriter):
         held: set[int] = set()
         losers: list[int] = []
         for i, d in enumerate(daemons):
-            index = _entry_index(d)
+            index = entry_index(d)
             if index in held:
                 losers.append(i)
             else:
@@ -365,8 +253,8 @@ class CliqueMembership(_OptimisticWriter):
         position = self._position(daemons)
         if position is None:
             return False
-        index = _entry_index(daemons[position])
-        return any(_entry_index(d) == index for d in daemons[:position])
+        index = entry_index(daemons[position])
+        return any(entry_index(d) == index for d in daemons[:position])
 
     async def join(self, ip: str) -> int:
         """Insert or refresh our entry; returns our index (stable across restarts)."""
@@ -395,7 +283,7 @@ class CliqueMembership(_OptimisticWriter):
         assert obj is not None
         entry = self._own(obj.get("daemons") or [])
         assert entry is not None
-        self.index = _entry_index(entry)
+        self.index = entry_index(entry)
         log.info(
             "joined ComputeDomainClique %s/%s as index %d (node %s, IP %s)",
             self.namespace,
@@ -505,26 +393,10 @@ class CliqueMembership(_OptimisticWriter):
                 "field_selector": f"metadata.name={self.name}",
             },
         )
-        await _deliver(informer, lambda: _daemons_of(informer.items.get(self.name)), on_update)
+        await deliver_updates(
+            informer, lambda: _daemons_of(informer.items.get(self.name)), on_update
+        )
 
 
 def _daemons_of(obj: Obj | None) -> list[Obj]:
     return list((obj or {}).get("daemons") or [])
-
-
-async def _deliver(
-    informer: Informer, current: Callable[[], list[Obj]], on_update: OnUpdate
-) -> None:
-    informer.start()
-    try:
-        seen = informer.version
-        last: list[Obj] = []
-        while True:
-            await informer.changed(seen)
-            seen = informer.version
-            now = current()
-            if now != last:
-                last = now
-                await on_update(copy.deepcopy(now))
-    finally:
-        informer.stop()

@@ -41,8 +41,8 @@ from typing import Any, TextIO
 import orjson
 
 from api import names
-from api.cli import env_option
-from api.errors import ValidationError
+from api.validation_error import ValidationError
+from runtime.cli import env_option
 
 ENV_LOGGING_FORMAT = "LOGGING_FORMAT"
 VERBOSITY_FLAG = "-v/--verbosity"

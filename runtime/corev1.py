@@ -7,7 +7,7 @@ costs a process about 20 MiB of resident memory, a fifth of the node agent's idl
 `ApiException` for a non-2xx answer, and hand back the JSON the rest of the driver reads.
 
 The method names and argument order are CoreV1Api's, so a test fake of either fits.
-Blocking calls, like the generated client's: run them through api/kube.py `call`.
+Blocking calls, like the generated client's: run them through runtime/kubecall.py `call`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-# The list and watch parameters api/kube.py Informer and kubernetes.watch pass, as the
+# The list and watch parameters runtime/informer.py and kubernetes.watch pass, as the
 # API server spells them in the query.
 _LIST_QUERY = {"field_selector": "fieldSelector", "label_selector": "labelSelector",
                "resource_version": "resourceVersion", "timeout_seconds": "timeoutSeconds",
@@ -81,7 +81,7 @@ class CoreV1:
               content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None) -> Any:
         """The response, raising ApiException for a non-2xx answer (its body kept, so
-        api/kube.py error_text can say the API server's reason)."""
+        runtime/kubecall.py error_text can say the API server's reason)."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from agent.discovery.errors import DiscoveryError
+from agent.discovery.discovery_error import DiscoveryError
 from agent.discovery.nvmltypes import (
     NVML_SUCCESS,
     FabricInfo,

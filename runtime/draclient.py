@@ -17,7 +17,7 @@ from kubernetes import client
 
 from api import draconvert
 from api.draconvert import GROUP, KINDS, VERSIONS
-from api.kube import call_retrying
+from runtime.kubecall import call_retrying
 
 Obj = dict[str, Any]
 
@@ -82,7 +82,7 @@ async def discover(api: client.ApiClient, wanted: str = "", *, within: float = 6
 class DraApi:
     """The four DRA resources (plurals of api/draconvert.py KINDS) in one served version.
 
-    Blocking calls, like the generated client's: run them through api/kube.py `call`.
+    Blocking calls, like the generated client's: run them through runtime/kubecall.py `call`.
     """
 
     def __init__(self, api: client.ApiClient, version: str = "v1") -> None:
@@ -111,8 +111,8 @@ class DraApi:
         return self.to_v1(plural)(obj)
 
     def lister(self, plural: str, namespace: str = "") -> Callable[..., Any]:
-        """The raw list call of `plural`, for api/kube.py Informer (with `to_v1`) and watches:
-        the listing and watch events come back in the served version."""
+        """The raw list call of `plural`, for runtime/informer.py (with `to_v1`) and watches: the
+        listing and watch events come back in the served version."""
         if namespace:
             def list_namespaced(**kwargs: Any) -> Any:
                 return self._custom.list_namespaced_custom_object(

@@ -138,6 +138,18 @@ def parse_resource_api_version(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def add_kube_client_flags(group: argparse.ArgumentParser | argparse._ArgumentGroup,
+                          option: Callable[..., None] = env_option) -> None:
+    """`--kubeconfig`, `--kube-api-qps` and `--kube-api-burst`, as the reference's programs
+    take them (the chart sets the latter two; the client here does not rate-limit)."""
+    option(group, "--kubeconfig", env=names.ENV_KUBECONFIG, default="",
+           help="kubeconfig file; empty means in-cluster configuration")
+    option(group, "--kube-api-qps", env=names.ENV_KUBE_API_QPS, type=float, default=5.0,
+           help="accepted for compatibility with the reference driver")
+    option(group, "--kube-api-burst", env=names.ENV_KUBE_API_BURST, type=int, default=10,
+           help="accepted for compatibility with the reference driver")
+
+
 def add_resource_api_flag(group: argparse.ArgumentParser | argparse._ArgumentGroup,
                           option: Callable[..., None] = env_option) -> None:
     """`--resource-api-version` (RESOURCE_API_VERSION, the chart's `resourceApiVersion`)."""

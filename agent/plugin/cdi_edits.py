@@ -15,11 +15,11 @@ from agent import cdispecs
 from agent.cdispecs.transform import RootTransform
 from agent.discovery.channels import ImexChannels
 from agent.discovery.devnode import CharDevice
-from agent.discovery.errors import DiscoveryError
+from agent.discovery.discovery_error import DiscoveryError
 from agent.discovery.findfile import dev_root
 from agent.hostimex.probe import HostImexProbe
+from agent.plugin.claim_errors import PermanentError, RetryableError
 from agent.plugin.config import PluginConfig
-from agent.plugin.errors import PermanentError, RetryableError
 from api import names
 from cdi import ContainerEdits
 
