@@ -90,8 +90,5 @@ class Admission:
         schema = self._schemas.get((info.group, info.plural, info.version))
         if schema is None:
             return new
-        if opts.field_validation == "Warn":
-            opts.warnings += [f'unknown field "{p}"' for p in schema.unknown_fields(new)]
-        if old is None:
-            return schema.admit_create(new, field_validation=opts.field_validation)
-        return schema.admit_update(new, old, field_validation=opts.field_validation)
+        fields = opts.field_validation
+        return schema.admit(new, old, field_validation=fields, warnings=opts.warnings)

@@ -1,22 +1,28 @@
 """Built-in objects checked against the Kubernetes JSON schemas of `kubernetes-validate`.
 
-The schemas decide types and required fields. A value Go could not unmarshal is a 400 at
-decoding, with Go's `json: cannot unmarshal ...` text; unknown fields are dropped with a
-warning (or refused under `fieldValidation=Strict`); the hand-written rules of
-`builtin_rules` then add what the schemas cannot express, for a 422.
+jsonschema validates each write once against the kind's schema, compiled for Go's decoding
+(see `_Compiler`). A value Go could not unmarshal is a 400 at decoding (`spec.replicas in
+body must be of type integer: "string"`); unknown fields are dropped with a warning (or
+refused under `fieldValidation=Strict`); missing required fields and the hand-written rules
+of `builtin_rules`, which add what the schemas cannot express, are a 422.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
+
+from jsonschema import FormatChecker, ValidationError
+from jsonschema.protocols import Validator
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
 
 from sim.apiserver import defaults
 from sim.apiserver.builtin_rules import EXTRA_CHECKS, UPDATE_CHECKS
@@ -27,25 +33,26 @@ from sim.apiserver.field_errors import (
     TYPE_INVALID,
     child,
     field_error,
-    index,
     required,
 )
 from sim.apiserver.go_format import go_quote
-from sim.apiserver.json_values import json_type, name_of, str_list
+from sim.apiserver.json_schema import (
+    field_path,
+    in_walk_order,
+    required_keyword,
+    validator_class,
+    walk_position,
+)
+from sim.apiserver.json_values import json_copy, json_type, name_of, str_list
 from sim.apiserver.schema_nodes import Schema
 from sim.apiserver.string_formats import is_base64, is_datetime
 
 _SCHEMA_DIR_RE: Final = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-(local|standalone)$")
 _PROBE_FILE: Final = "resourceclaimtemplate-resource-v1.json"
-_DEFS_PREFIX: Final = "#/$defs/"
+Resolver = Any  # a `referencing` resolver (the package does not export the class)
+_DEFS_URI: Final = "https://kubernetes.io/api/_definitions.json"  # the roots' $refs name it
 _ANY_JSON_DEFS: Final = frozenset({"io.k8s.apimachinery.pkg.runtime.RawExtension"})
-_GO_NAMED: Final = MappingProxyType(
-    {
-        "io.k8s.apimachinery.pkg.api.resource.Quantity": "resource.Quantity",
-        "io.k8s.apimachinery.pkg.util.intstr.IntOrString": "intstr.IntOrString",
-        "io.k8s.apimachinery.pkg.runtime.RawExtension": "runtime.RawExtension",
-    }
-)
+_QUANTITY: Final = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 # Schema-required fields the real server does not enforce (Go zero values are accepted).
 _REQUIRED_EXEMPT: Final = frozenset(
     {
@@ -54,7 +61,6 @@ _REQUIRED_EXEMPT: Final = frozenset(
     }
 )
 _SAFE_NAME_RE: Final = re.compile(r"[A-Za-z0-9]+")
-_QUANTITY: Final = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 _QUANTITY_RE: Final = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
 _INT_RANGES: Final = MappingProxyType(
     {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
@@ -62,27 +68,132 @@ _INT_RANGES: Final = MappingProxyType(
 
 
 @dataclass
-class _Walk:
-    """What one pass over a built-in object found."""
+class _Found:
+    """What one jsonschema pass over a built-in object found."""
 
-    type_errors: list[tuple[Cause, str]]  # (cause, Go decode message)
-    required: list[Cause]
-    unknown: list[str]
-    unknown_at: list[tuple[dict[str, Any], str]]  # (containing object, key) for stripping
+    decode: list[tuple[Cause, str]] = field(default_factory=list)  # (cause, why)
+    required: list[tuple[Cause, Mapping[str, Any], str]] = field(default_factory=list)
+    unknown: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+
+    @property
+    def unknown_paths(self) -> list[str]:
+        return [path for path, _, _ in self.unknown]
+
+    def missing(self) -> list[Cause]:
+        """The required fields still missing (defaulting may have set some since)."""
+        return [cause for cause, obj, key in self.required if obj.get(key) is None]
+
+
+@cache
+def _formats() -> FormatChecker:
+    """What Go's decoding refuses beyond types: integers out of range, unparseable times,
+    base64 and quantities."""
+    checker = FormatChecker(formats=())
+    for name, (low, high) in _INT_RANGES.items():
+        checker.checks(name)(
+            lambda v, low=low, high=high: not isinstance(v, int) or low <= v <= high
+        )
+    for name, check in (
+        ("date-time", is_datetime),
+        ("byte", is_base64),
+        ("quantity", lambda v: _QUANTITY_RE.fullmatch(v) is not None),
+    ):
+        checker.checks(name)(lambda v, check=check: not isinstance(v, str) or check(v))
+    return checker
+
+
+# A null built-in field is Go's zero value: for `required`, missing.
+_Validator: Final = validator_class(
+    {"required": required_keyword(lambda obj, name: obj.get(name) is None)}
+)
+
+
+class _Compiler:
+    """A kind's schema as jsonschema validates a decoding: every $ref resolved once, through
+    a `referencing` registry, into one graph of plain nodes (a write pays no lookups), and
+    Go's decoding spelled as keywords: null allowed anywhere (the zero value), unknown
+    fields as `additionalProperties: false`, no `required` inside status or for a number
+    or bool, integer ranges and the string formats Go parses as `format`s."""
+
+    def __init__(self) -> None:
+        self._done: dict[tuple[str, bool], dict[str, Any]] = {}
+
+    def node(
+        self, s: Schema, at: Resolver, *, in_status: bool, owner: str, top: bool = False
+    ) -> dict[str, Any] | bool:
+        """The compiled node; True (which jsonschema skips at once) where anything goes."""
+        ref = s.get("$ref")
+        if not isinstance(ref, str):
+            return self._plain(s, at, in_status=in_status, owner=owner, top=top)
+        name = ref.rsplit("/", 1)[-1]
+        if name in _ANY_JSON_DEFS:
+            return True
+        if (name, in_status) in self._done:
+            return self._done[(name, in_status)]
+        out = self._done[(name, in_status)] = {}  # filled below: definitions recurse
+        found = at.lookup(ref)
+        if "oneOf" in found.contents:  # Quantity, IntOrString
+            allowed = {"null"}
+            for option in found.contents.get("oneOf") or ():
+                allowed.update(_types(option))
+            out["type"] = sorted(allowed)
+            if name == _QUANTITY:
+                out["format"] = "quantity"
+        else:
+            plain = self._plain(found.contents, found.resolver, in_status=in_status, owner=name)
+            out.update(plain if isinstance(plain, dict) else {})
+        return out
+
+    def _plain(
+        self, s: Schema, at: Resolver, *, in_status: bool, owner: str, top: bool = False
+    ) -> dict[str, Any] | bool:
+        types = [t for t in _types(s) if t != "null"]
+        if not types:
+            return True
+        out: dict[str, Any] = {"type": [types[0], "null"]}
+        fmt = s.get("format")
+        if types[0] == "integer":
+            out["format"] = fmt if fmt in _INT_RANGES else "int64"
+        elif types[0] == "string" and fmt in ("date-time", "byte"):
+            out["format"] = fmt
+        elif types[0] == "array" and isinstance(s.get("items"), Mapping):
+            out["items"] = self.node(s["items"], at, in_status=in_status, owner=owner)
+        elif types[0] == "object":
+            props, addl = s.get("properties"), s.get("additionalProperties")
+            if isinstance(props, Mapping):
+                out["properties"] = {
+                    k: self.node(v, at, in_status=in_status or (top and k == "status"), owner=owner)
+                    for k, v in props.items()
+                    if isinstance(v, Mapping)
+                }
+                names = [
+                    k
+                    for k in str_list(s.get("required"))
+                    if not ((top and k == "metadata") or (owner, k) in _REQUIRED_EXEMPT)
+                    and not set(_types(props.get(k) or {})) & {"integer", "boolean"}
+                ]
+                if names and not in_status:
+                    out["required"] = names
+            if isinstance(addl, Mapping):
+                out["additionalProperties"] = self.node(addl, at, in_status=in_status, owner=owner)
+            elif isinstance(props, Mapping) and addl is not True:
+                out["additionalProperties"] = False
+        return out
 
 
 class BuiltinSchemas:
-    """Validates built-in objects against the Kubernetes JSON schemas, loaded lazily.
+    """Validates built-in objects against the Kubernetes JSON schemas, each kind compiled
+    for jsonschema on first use.
 
-    The non-strict schemas decide types and required fields; unknown fields are reported
-    separately because a real server drops them with a warning (or refuses them under
-    `fieldValidation=Strict`). Hand-written rules the schemas cannot express follow.
+    One pass finds what Go cannot decode (a 400), the unknown fields a real server drops
+    with a warning (or refuses under `fieldValidation=Strict`) and the missing required
+    fields; the hand-written rules the schemas cannot express follow.
     """
 
     def __init__(self, schema_dir: Path | None = None) -> None:
         self._dir = schema_dir
         self._defs: dict[str, Any] | None = None
-        self._roots: dict[tuple[str, str], tuple[str, Schema] | None] = {}
+        self._kinds: dict[tuple[str, str], Validator | None] = {}
 
     # -- loading ------------------------------------------------------------------------
 
@@ -120,13 +231,13 @@ class BuiltinSchemas:
                 self._defs = {}
         return self._defs
 
-    def _root(self, api_version: str, kind: str) -> tuple[str, Schema] | None:
-        key = (api_version, kind)
-        if key not in self._roots:
-            self._roots[key] = self._load_root(api_version, kind)
-        return self._roots[key]
+    def _validator(self, api_version: str, kind: str) -> Validator | None:
+        """The kind's compiled schema, built on first use; None for kinds without one."""
+        if (api_version, kind) not in self._kinds:
+            self._kinds[(api_version, kind)] = self._compile(api_version, kind)
+        return self._kinds[(api_version, kind)]
 
-    def _load_root(self, api_version: str, kind: str) -> tuple[str, Schema] | None:
+    def _compile(self, api_version: str, kind: str) -> Validator | None:
         group, _, version = api_version.rpartition("/")
         if not (
             _SAFE_NAME_RE.fullmatch(kind)
@@ -151,19 +262,18 @@ class BuiltinSchemas:
                 for n, d in self._definitions().items()
                 if d.get("x-kubernetes-group-version-kind") == gvks
             ),
-            "",
+            kind,
         )
-        return def_name or kind, root
+        defs = DRAFT202012.create_resource({"$id": _DEFS_URI, "$defs": self._definitions()})
+        at = Registry().with_resource(_DEFS_URI, defs).resolver(str(root.get("$id", _DEFS_URI)))
+        compiled = _Compiler().node(root, at, in_status=False, owner=def_name, top=True)
+        return _Validator(compiled, format_checker=_formats())
 
     def has_schema(self, api_version: str, kind: str) -> bool:
-        return self._root(api_version, kind) is not None
+        return self._validator(api_version, kind) is not None
 
-    def _resolve(self, s: Schema) -> tuple[Schema, str | None]:
-        ref = s.get("$ref")
-        if not isinstance(ref, str):
-            return s, None
-        name = ref.split(_DEFS_PREFIX, 1)[-1]
-        return self._definitions().get(name, {}), name
+    def _kind(self, obj: Mapping[str, Any]) -> Validator | None:
+        return self._validator(*_api_kind(obj)) if isinstance(obj, Mapping) else None
 
     # -- public API ---------------------------------------------------------------------
 
@@ -173,10 +283,12 @@ class BuiltinSchemas:
         Type mismatches come back as FieldValueTypeInvalid; a real server answers those with
         400 at decoding (see `decode_error`). Kinds without a schema give no causes.
         """
-        found = self._walk(obj)
+        found = self._check(obj)
         if found is None:
             return []
-        causes = [c for c, _ in found.type_errors] + found.required
+        return self._rules(obj, [c for c, _ in found.decode] + found.missing())
+
+    def _rules(self, obj: Mapping[str, Any], causes: list[Cause]) -> list[Cause]:
         for check in EXTRA_CHECKS.get(_group_kind(obj), ()):
             causes += check(obj)
         return _dedupe(causes)
@@ -184,38 +296,27 @@ class BuiltinSchemas:
     def validate_update(self, new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
         """`validate(new)` plus the immutability rules of the update strategies."""
         causes = self.validate(new)
-        if self._root(*_api_kind(new)) is None or not isinstance(old, Mapping):
+        if self._kind(new) is None or not isinstance(old, Mapping):
             return causes
+        return self._update_rules(new, old, causes)
+
+    @staticmethod
+    def _update_rules(
+        new: Mapping[str, Any], old: Mapping[str, Any], causes: list[Cause]
+    ) -> list[Cause]:
         for check in UPDATE_CHECKS.get(_group_kind(new), ()):
             causes += check(new, old)
         return _dedupe(causes)
 
     def unknown_fields(self, obj: Mapping[str, Any]) -> list[str]:
         """Paths of fields the schema does not know (`spec.template.spec.containers[0].foo`)."""
-        found = self._walk(obj)
-        return found.unknown if found is not None else []
-
-    def strip_unknown(self, obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """A copy without unknown fields, and their paths (the server's default `Warn`)."""
-        out = copy.deepcopy(dict(obj))
-        found = self._walk(out)
-        if found is None:
-            return out, []
-        for container, key in found.unknown_at:
-            container.pop(key, None)
-        return out, found.unknown
+        found = self._check(obj)
+        return found.unknown_paths if found is not None else []
 
     def decode_error(self, obj: Mapping[str, Any]) -> ApiError | None:
         """The 400 a real server gives when JSON does not fit the Go types, else None."""
-        found = self._walk(obj)
-        if found is None or not found.type_errors:
-            return None
-        api_version, kind = _api_kind(obj)
-        version = api_version.rpartition("/")[2]
-        return bad_request(
-            f"{kind} in version {go_quote(version)} cannot be handled as a "
-            f"{kind}: {found.type_errors[0][1]}"
-        )
+        found = self._check(obj)
+        return _decode_error(obj, found) if found is not None else None
 
     def decode(
         self, obj: Mapping[str, Any], *, field_validation: str = "Warn"
@@ -223,18 +324,28 @@ class BuiltinSchemas:
         """Decoding in the object's own version: a copy without unknown fields and the
         warnings naming them; raises 400 for undecodable types or, under Strict, unknown
         fields."""
-        api_version, kind = _api_kind(obj)
-        if (error := self.decode_error(obj)) is not None:
-            raise error
-        stripped, unknown = self.strip_unknown(obj)
-        warnings = [f"unknown field {go_quote(p)}" for p in unknown]
-        if unknown and field_validation == "Strict":
-            version = api_version.rpartition("/")[2]
-            raise bad_request(
-                f"{kind} in version {go_quote(version)} cannot be handled as a "
-                f"{kind}: strict decoding error: {', '.join(warnings)}"
-            )
+        stripped, warnings, _ = self._decode(obj, field_validation)
         return stripped, warnings
+
+    def _decode(
+        self, obj: Mapping[str, Any], field_validation: str
+    ) -> tuple[dict[str, Any], list[str], _Found | None]:
+        out = json_copy(dict(obj))
+        found = self._check(out)
+        if found is None:
+            return out, [], None
+        if (error := _decode_error(out, found)) is not None:
+            raise error
+        for _, container, key in found.unknown:
+            container.pop(key, None)
+        warnings = [f"unknown field {go_quote(p)}" for p in found.unknown_paths]
+        if warnings and field_validation == "Strict":
+            api_version, kind = _api_kind(obj)
+            raise bad_request(
+                f"{kind} in version {go_quote(api_version.rpartition('/')[2])} cannot be "
+                f"handled as a {kind}: strict decoding error: {', '.join(warnings)}"
+            )
+        return out, warnings, found
 
     def admit(
         self,
@@ -243,274 +354,81 @@ class BuiltinSchemas:
         *,
         field_validation: str = "Warn",
     ) -> tuple[dict[str, Any], list[str]]:
-        """Everything the server does before storing a built-in object.
-
-        Returns the object without unknown fields and the warnings to send
+        """Everything the server does before storing a built-in object, in one pass of the
+        schema: returns the object without unknown fields and the warnings to send
         (`unknown field "spec.foo"`); raises 400 for undecodable types or, under Strict,
         unknown fields, and 422 for invalid objects.
         """
         api_version, kind = _api_kind(obj)
-        stripped, warnings = self.decode(obj, field_validation=field_validation)
-        defaults.apply(api_version.rpartition("/")[0], kind, stripped)
-        causes = self.validate(stripped) if old is None else self.validate_update(stripped, old)
-        if causes:
-            group = api_version.rpartition("/")[0]
-            raise invalid(group, kind, name_of(stripped), causes)
+        stripped, warnings, found = self._decode(obj, field_validation)
+        group = api_version.rpartition("/")[0]
+        defaults.apply(group, kind, stripped)
+        if found is not None:
+            causes = self._rules(stripped, found.missing())
+            if old is not None and isinstance(old, Mapping):
+                causes = self._update_rules(stripped, old, causes)
+            if causes:
+                raise invalid(group, kind, name_of(stripped), causes)
         return stripped, (warnings if field_validation == "Warn" else [])
 
-    # -- the schema walk ----------------------------------------------------------------
+    # -- jsonschema's findings as Go's decoding and kube-apiserver report them ----------
 
-    def _walk(self, obj: Mapping[str, Any]) -> _Walk | None:
-        if not isinstance(obj, Mapping):
+    def _check(self, obj: Mapping[str, Any]) -> _Found | None:
+        """One validation of `obj`; unknown fields are reported with their containers in
+        `obj`, to strip them there."""
+        validator = self._kind(obj)
+        if validator is None:
             return None
-        api_version, kind = _api_kind(obj)
-        root = self._root(api_version, kind) if api_version and kind else None
-        if root is None:
-            return None
-        def_name, schema = root
-        found = _Walk([], [], [], [])
-        short = def_name.rsplit(".", 1)[-1]
-        self._node(obj, schema, "", "", short, def_name, found, in_status=False, top=True)
+        found, unknown = _Found(), []
+        for error in in_walk_order(validator.iter_errors(obj), obj):
+            path = field_path(error)
+            if error.validator == "additionalProperties":
+                known = error.schema.get("properties") or {}
+                unknown += [
+                    (walk_position(obj, [*error.path, k]), child(path, k), error.instance, k)
+                    for k in error.instance
+                    if k not in known
+                ]
+            elif error.validator == "required":
+                found.required.append((required(path), error.instance, error.below[-1]))
+            else:
+                found.decode.append(_type_error(error, path))
+        unknown.sort(key=lambda u: u[0])  # in the order of the walk, not by object
+        found.unknown = [u[1:] for u in unknown]
         return found
 
-    def _node(
-        self,
-        value: Any,
-        s: Schema,
-        path: str,
-        go_path: str,
-        struct: str,
-        owner: str,
-        found: _Walk,
-        *,
-        in_status: bool,
-        top: bool = False,
-    ) -> None:
-        s, ref = self._resolve(s)
-        if ref is not None:
-            if ref in _ANY_JSON_DEFS:
-                return
-            if ref in _GO_NAMED or "oneOf" in s:
-                self._one_of(value, s, path, go_path, struct, ref, found)
-                return
-        if value is None or not s:
-            return  # Go decodes null into the zero value
-        types = s.get("type")
-        types = [types] if isinstance(types, str) else list(types or ())
-        types = [t for t in types if t != "null"]
-        if not types:
-            return
-        expected = types[0]
+
+def _type_error(error: ValidationError, path: str) -> tuple[Cause, str]:
+    """A value Go cannot decode into the field's type (or, for a `format`, parse): the
+    cause `validate` reports, and why, for the 400 of decoding."""
+    value, limit, name = error.instance, error.validator_value, path or "."
+    if error.validator == "type":
         actual = json_type(value)
-        if not self._type_ok(value, actual, expected, s):
-            self._type_error(value, actual, s, ref, path, go_path, struct, found)
-            return
-        if expected == "object":
-            self._object(
-                value,
-                s,
-                path,
-                go_path,
-                struct if ref is None else ref.rsplit(".", 1)[-1],
-                ref or owner,
-                found,
-                in_status=in_status,
-                top=top,
-            )
-        elif expected == "array":
-            items = s.get("items")
-            if isinstance(items, Mapping):
-                for i, item in enumerate(value):
-                    self._node(
-                        item,
-                        items,
-                        index(path, i),
-                        go_path,
-                        struct,
-                        owner,
-                        found,
-                        in_status=in_status,
-                    )
-        elif expected == "string" and s.get("format") in ("date-time", "byte"):
-            self._string_format(value, s, path, go_path, struct, found)
-
-    @staticmethod
-    def _type_ok(value: Any, actual: str, expected: str, s: Schema) -> bool:
-        if expected == "integer":
-            if actual != "integer":
-                return False
-            low, high = _INT_RANGES.get(s.get("format", "int64"), _INT_RANGES["int64"])
-            return low <= value <= high
-        if expected == "number":
-            return actual in ("integer", "number")
-        return actual == expected
-
-    def _object(
-        self,
-        value: Mapping[str, Any],
-        s: Schema,
-        path: str,
-        go_path: str,
-        struct: str,
-        owner: str,
-        found: _Walk,
-        *,
-        in_status: bool,
-        top: bool,
-    ) -> None:
-        props = s.get("properties")
-        addl = s.get("additionalProperties")
-        if isinstance(props, Mapping):
-            for key, sub_value in value.items():
-                sub = props.get(key)
-                where = child(path, key)
-                status = in_status or (top and key == "status")
-                if sub is not None:
-                    self._node(
-                        sub_value,
-                        sub,
-                        where,
-                        child(go_path, key),
-                        struct,
-                        owner,
-                        found,
-                        in_status=status,
-                    )
-                elif isinstance(addl, Mapping):
-                    self._node(
-                        sub_value,
-                        addl,
-                        where,
-                        child(go_path, key),
-                        struct,
-                        owner,
-                        found,
-                        in_status=status,
-                    )
-                elif addl is not True:
-                    found.unknown.append(where)
-                    if isinstance(value, dict):
-                        found.unknown_at.append((value, key))
-            if not in_status:
-                for key in str_list(s.get("required")):
-                    if (top and key == "metadata") or (owner, key) in _REQUIRED_EXEMPT:
-                        continue
-                    sub = props.get(key) or {}
-                    sub_types = sub.get("type")
-                    if sub_types and set(
-                        [sub_types] if isinstance(sub_types, str) else sub_types
-                    ) & {"integer", "boolean"}:
-                        continue  # a missing int/bool is Go's zero value, checked by hand if at all
-                    if value.get(key) is None:
-                        found.required.append(required(child(path, key)))
-        elif isinstance(addl, Mapping):
-            for key, sub_value in value.items():
-                self._node(
-                    sub_value,
-                    addl,
-                    child(path, key),
-                    go_path,
-                    struct,
-                    owner,
-                    found,
-                    in_status=in_status,
-                )
-
-    def _one_of(
-        self, value: Any, s: Schema, path: str, go_path: str, struct: str, ref: str, found: _Walk
-    ) -> None:
-        if value is None:
-            return
-        actual = json_type(value)
-        allowed: set[str] = set()
-        for option in s.get("oneOf") or ():
-            t = option.get("type")
-            allowed.update([t] if isinstance(t, str) else (t or ()))
-        ok = actual in allowed or (actual == "integer" and "number" in allowed)
-        if not ok:
-            self._type_error(value, actual, s, ref, path, go_path, struct, found)
-        elif ref == _QUANTITY and isinstance(value, str) and not _QUANTITY_RE.fullmatch(value):
-            message = f"quantities must match the regular expression '{_QUANTITY_RE.pattern}'"
-            cause = field_error(path, INVALID, value, message)
-            found.type_errors.append((cause, message))
-
-    def _string_format(
-        self, value: str, s: Schema, path: str, go_path: str, struct: str, found: _Walk
-    ) -> None:
-        fmt = s.get("format")
-        if fmt == "date-time" and not is_datetime(value):
-            message = (
-                f'parsing time {go_quote(value)} as "2006-01-02T15:04:05Z07:00": cannot '
-                f'parse {go_quote(value)} as "2006"'
-            )
-            found.type_errors.append(
-                (
-                    field_error(path, TYPE_INVALID, value, f"must be of type date-time: {message}"),
-                    message,
-                )
-            )
-        elif fmt == "byte" and not is_base64(value):
-            message = "illegal base64 data at input byte 0"
-            found.type_errors.append(
-                (
-                    field_error(path, TYPE_INVALID, value, f"must be of type byte: {message}"),
-                    message,
-                )
-            )
-
-    def _type_error(
-        self,
-        value: Any,
-        actual: str,
-        s: Schema,
-        ref: str | None,
-        path: str,
-        go_path: str,
-        struct: str,
-        found: _Walk,
-    ) -> None:
-        go_type = self._go_type(s, ref)
-        expected = "object" if ref and ref not in _GO_NAMED else _first_type(s)
-        detail = f'{path or "."} in body must be of type {expected}: "{actual}"'
-        what = {"string": "string", "boolean": "bool", "array": "array", "object": "object"}.get(
-            actual, "number"
-        )
-        if actual in ("integer", "number") and _first_type(s) == "integer":
-            what = f"number {value!r}" if isinstance(value, float) else f"number {value}"
-        message = (
-            f"json: cannot unmarshal {what} into Go struct field "
-            f"{struct}.{go_path} of type {go_type}"
-        )
-        found.type_errors.append((field_error(path, TYPE_INVALID, actual, detail), message))
-
-    def _go_type(self, s: Schema, ref: str | None) -> str:
-        if ref is not None:
-            if ref in _GO_NAMED:
-                return _GO_NAMED[ref]
-            parts = ref.split(".")
-            return f"{parts[-2]}.{parts[-1]}" if len(parts) > 1 else ref
-        t = _first_type(s)
-        if t == "integer":
-            return s.get("format") or "int"
-        if t == "array":
-            items = s.get("items")
-            if isinstance(items, Mapping):
-                inner, inner_ref = self._resolve(items)
-                return "[]" + self._go_type(inner, inner_ref)
-            return "[]interface {}"
-        if t == "object":
-            addl = s.get("additionalProperties")
-            if isinstance(addl, Mapping):
-                inner, inner_ref = self._resolve(addl)
-                return "map[string]" + self._go_type(inner, inner_ref)
-            return "map[string]interface {}"
-        return {"string": "string", "boolean": "bool", "number": "float64"}.get(t, "interface {}")
+        expected = ",".join(t for t in limit if t != "null")
+        why = f'{name} in body must be of type {expected}: "{actual}"'
+        return field_error(path, TYPE_INVALID, actual, why), why
+    if limit == "quantity":  # resource.ParseQuantity's error
+        why = f"quantities must match the regular expression '{_QUANTITY_RE.pattern}'"
+        return field_error(path, INVALID, value, why), why
+    shown = go_quote(value) if isinstance(value, str) else value
+    why = f"{name} in body must be of type {limit}: {shown}"
+    return field_error(path, TYPE_INVALID, value, why), why
 
 
-def _first_type(s: Schema) -> str:
+def _types(s: Schema) -> list[str]:
     t = s.get("type")
-    types = [t] if isinstance(t, str) else [x for x in (t or ()) if x != "null"]
-    return types[0] if types else ""
+    return [t] if isinstance(t, str) else str_list(t)
+
+
+def _decode_error(obj: Mapping[str, Any], found: _Found) -> ApiError | None:
+    """The 400 of the first value Go could not decode, if any."""
+    if not found.decode:
+        return None
+    api_version, kind = _api_kind(obj)
+    version = api_version.rpartition("/")[2]
+    return bad_request(
+        f"{kind} in version {go_quote(version)} cannot be handled as a {kind}: {found.decode[0][1]}"
+    )
 
 
 def _api_kind(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from sim.apiserver.crd_pruning import prune
 from sim.apiserver.crd_rules import rule_problems
-from sim.apiserver.crd_values import check_value
+from sim.apiserver.crd_values import ValueSchema
 from sim.apiserver.errors import Cause
 from sim.apiserver.field_errors import (
     child,
@@ -26,7 +26,7 @@ from sim.apiserver.field_errors import (
     required,
 )
 from sim.apiserver.go_format import GoRepr, go_repr
-from sim.apiserver.json_values import ABSENT, as_list, as_str, str_list
+from sim.apiserver.json_values import as_list, as_str, str_list
 from sim.apiserver.names_validation import dns1035_label_problems, dns1123_subdomain_problems
 from sim.apiserver.schema_nodes import Schema, compile_pattern, properties_of
 
@@ -471,6 +471,5 @@ def _check_default(s: Mapping[str, Any], path: str, data: str) -> list[Cause]:
                 f"must not have unknown fields: {', '.join(pruned)}",
             )
         ]
-    found: list[Cause] = []
-    check_value(copy.deepcopy(default), s, data, ABSENT, found)
+    found = ValueSchema(s, root=False).errors(copy.deepcopy(default), prefix=data)
     return [Cause(dpath, c.reason, c.message) for c in found]

@@ -34,6 +34,15 @@ def json_type(value: JSON) -> str:
     return "null" if value is None else type(value).__name__
 
 
+def json_copy(value: JSON) -> JSON:
+    """A deep copy of decoded JSON (dicts and lists), several times faster than deepcopy."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_copy(v) for v in value]
+    return value
+
+
 def json_equal(a: JSON, b: JSON) -> bool:
     """Deep JSON equality that, unlike ==, keeps true and 1 apart."""
     if isinstance(a, bool) or isinstance(b, bool):

@@ -34,6 +34,8 @@ def properties_of(s: Schema) -> Mapping[str, Schema]:
     props = s.get("properties")
     if not isinstance(props, Mapping):
         return {}
+    if all(isinstance(v, dict) for v in props.values()):
+        return props  # the common case, on every write: no copy
     return {k: v for k, v in props.items() if isinstance(v, Mapping)}
 
 

@@ -16,6 +16,11 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
+from jsonschema import FormatChecker
+
+# Where jsonschema's own checks are strfmt's.
+_JSONSCHEMA: Final = FormatChecker(formats=("date", "ipv4", "ipv6"))
+
 
 def is_datetime(text: str) -> bool:
     """RFC 3339 `date-time` (what metav1.Time and strfmt.DateTime parse)."""
@@ -30,14 +35,6 @@ def is_datetime(text: str) -> bool:
     return True
 
 
-def _is_date(text: str) -> bool:
-    try:
-        datetime.date.fromisoformat(text)
-    except ValueError:
-        return False
-    return bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", text))
-
-
 def _is_uuid(text: str, version: int | None = None) -> bool:
     if not re.fullmatch(
         r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
@@ -46,13 +43,6 @@ def _is_uuid(text: str, version: int | None = None) -> bool:
     ):
         return False
     return version is None or uuid.UUID(text).version == version
-
-
-def _is_ip(text: str, version: int) -> bool:
-    try:
-        return ipaddress.ip_address(text).version == version
-    except ValueError:
-        return False
 
 
 def _is_cidr(text: str) -> bool:
@@ -86,13 +76,13 @@ FORMAT_CHECKS: Final[Mapping[str, Callable[[str], bool]]] = MappingProxyType(
     {
         "date-time": is_datetime,
         "datetime": is_datetime,
-        "date": _is_date,
+        "date": lambda t: _JSONSCHEMA.conforms(t, "date"),
         "uuid": _is_uuid,
         "uuid3": lambda t: _is_uuid(t, 3),
         "uuid4": lambda t: _is_uuid(t, 4),
         "uuid5": lambda t: _is_uuid(t, 5),
-        "ipv4": lambda t: _is_ip(t, 4),
-        "ipv6": lambda t: _is_ip(t, 6),
+        "ipv4": lambda t: _JSONSCHEMA.conforms(t, "ipv4"),
+        "ipv6": lambda t: _JSONSCHEMA.conforms(t, "ipv6"),  # no zone, as Go's net.ParseIP
         "cidr": _is_cidr,
         "mac": lambda t: bool(re.fullmatch(r"([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}", t)),
         "byte": is_base64,

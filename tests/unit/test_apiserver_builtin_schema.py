@@ -702,14 +702,20 @@ def test_wrong_types_are_decode_errors(builtin: BuiltinSchemas) -> None:
         builtin.admit(obj)
     assert (exc.value.code, exc.value.message) == (
         400,
-        'DaemonSet in version "v1" cannot be handled as a DaemonSet: json: cannot unmarshal '
-        "string into Go struct field DaemonSetSpec.spec.revisionHistoryLimit of type int32",
+        'DaemonSet in version "v1" cannot be handled as a DaemonSet: '
+        'spec.revisionHistoryLimit in body must be of type integer: "string"',
     )
     port = _edit(daemonset, lambda o: _ctr(o).update(ports=[{"containerPort": 1.5}]))
     error = builtin.decode_error(port)
     assert error is not None and error.message.endswith(
-        "json: cannot unmarshal number 1.5 into Go struct field ContainerPort"
-        ".spec.template.spec.containers.ports.containerPort of type int32"
+        'spec.template.spec.containers[0].ports[0].containerPort in body must be of type '
+        'integer: "number"'
+    )
+    wide = _edit(daemonset, lambda o: _ctr(o).update(ports=[{"containerPort": 2**31}]))
+    error = builtin.decode_error(wide)
+    assert error is not None and error.message.endswith(
+        "spec.template.spec.containers[0].ports[0].containerPort in body must be of type "
+        "int32: 2147483648"
     )
     count = _edit(claim_template, lambda o: _req(o)["exactly"].update(count="1"))
     assert [c.field for c in builtin.validate(count)] == [
@@ -830,9 +836,9 @@ def test_quantities_must_parse(builtin: BuiltinSchemas) -> None:
 
 def test_compiled_schemas_are_cached(builtin: BuiltinSchemas) -> None:
     builtin.validate(daemonset())
-    first = builtin._root("apps/v1", "DaemonSet")
+    first = builtin._kind(daemonset())
     builtin.validate(daemonset())
-    assert builtin._root("apps/v1", "DaemonSet") is first
+    assert first is not None and builtin._kind(daemonset()) is first
 
 
 @settings(
