@@ -35,8 +35,10 @@ HELM_LDFLAGS   := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSI
 	$(foreach pkg,helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil,\
 	-X $(pkg).k8sVersionMajor=1 -X $(pkg).k8sVersionMinor=$(HELM_K8S_MINOR))
 
+# mypy: strict, as [tool.mypy] in pyproject.toml sets (packages, stubs, generated code).
 test: $(STAMP) k8s helm
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
 # The whole driver end to end on a simulated cluster (README, first section). More shapes:
@@ -46,6 +48,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 unit: $(STAMP)
 	$(PY) -m pytest -q
@@ -113,5 +116,5 @@ proto: $(STAMP)
 	$(PY) -m api.kubelet.generate
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -10,7 +10,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from api import names
 from api.objects import K8sModel, K8sObject
 
 
@@ -23,8 +22,8 @@ class ComputeDomainDaemonInfo(K8sModel):
 
 
 class ComputeDomainClique(K8sObject):
-    api_version: Literal["resource.nvidia.com/v1beta1"] = names.API_VERSION
-    kind: Literal["ComputeDomainClique"] = names.KIND_CLIQUE
+    api_version: Literal["resource.nvidia.com/v1beta1"] = "resource.nvidia.com/v1beta1"
+    kind: Literal["ComputeDomainClique"] = "ComputeDomainClique"
     daemons: list[ComputeDomainDaemonInfo] | None = None
 
     def daemon(self, node_name: str) -> ComputeDomainDaemonInfo | None:

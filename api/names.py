@@ -14,7 +14,9 @@ from typing import Final
 
 GROUP: Final = "resource.nvidia.com"
 VERSION: Final = "v1beta1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
+# GROUP/VERSION, spelled out so that type checkers see the literal the models' `apiVersion`
+# fields (Literal["resource.nvidia.com/v1beta1"]) take.
+API_VERSION: Final = "resource.nvidia.com/v1beta1"
 
 KIND_COMPUTE_DOMAIN: Final = "ComputeDomain"
 KIND_COMPUTE_DOMAIN_LIST: Final = "ComputeDomainList"
@@ -58,7 +60,9 @@ REQUEST_DAEMON: Final = "daemon"
 DAEMON_POD_CLAIM_NAME: Final = "compute-domain-daemon"
 DAEMON_CONTAINER_NAME: Final = "compute-domain-daemon"
 
-# CEL selectors of the two DeviceClasses (reference controller.md section 7).
+# CEL selectors of the two DeviceClasses, as the reference chart's deviceclass-compute-domain-*
+# templates write them (the default channel class selects channel 0 only):
+# https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/deployments/helm/dra-driver-nvidia-gpu/templates
 DEVICE_CLASS_DEFAULT_CHANNEL_SELECTOR: Final = (
     f"device.driver == '{DRIVER_NAME}' && "
     f"device.attributes['{DRIVER_NAME}'].{ATTRIBUTE_TYPE} == '{DEVICE_TYPE_CHANNEL}' && "
@@ -103,7 +107,8 @@ def clique_object_name(cd_uid: str, clique_id: str) -> str:
 # --- IMEX daemon DNS names -----------------------------------------------------
 
 # The reference names peers `compute-domain-daemon-NNNN`, the same in every domain, so names
-# leak across domains (sigs#1447). We scope them with the ComputeDomain UID.
+# leak across domains; we scope them with the ComputeDomain UID:
+# https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1447
 REFERENCE_DNS_NAME_PREFIX: Final = "compute-domain-daemon-"
 DNS_NAME_PREFIX: Final = "imex-"
 DNS_LABEL_MAX: Final = 63

@@ -8,7 +8,8 @@ omitted, like Go's `omitempty`.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from collections.abc import Mapping
+from typing import Any, Generic, Self, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
@@ -49,7 +50,7 @@ class K8sModel(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         for name, field in type(self).model_fields.items():
             if getattr(self, name) is None:
                 data.pop(field.alias or name, None)
@@ -68,9 +69,22 @@ class K8sModel(BaseModel):
         """The API JSON form, unknown fields included."""
         return self.model_dump(mode="json", by_alias=True)
 
+    def as_read(self, *, without: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The JSON this was parsed from: only the fields it had (no default filled in),
+        unknown ones included; less the fields named in `without`. For writing an object
+        back with one part changed, as a copy of what was read would be."""
+        data: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_unset=True,
+                                               exclude=set(without))
+        return data
+
     @property
     def unknown_fields(self) -> dict[str, Any]:
         return dict(self.__pydantic_extra__ or {})
+
+    @property
+    def is_empty(self) -> bool:
+        """Parsed from `{}`: no field given at all, known or unknown."""
+        return not self.model_fields_set and not self.__pydantic_extra__
 
 
 class OwnerReference(K8sModel):
@@ -98,6 +112,10 @@ class ObjectMeta(K8sModel):
     finalizers: list[str] | None = None
     owner_references: list[OwnerReference] | None = None
 
+    def label(self, key: str) -> str | None:
+        """One label's value; None when the object does not carry it."""
+        return self.labels.get(key) if self.labels else None
+
 
 class K8sObject(K8sModel):
     """A top-level object: apiVersion, kind, metadata."""
@@ -122,5 +140,86 @@ class K8sObject(K8sModel):
         return self.metadata.uid or ""
 
     @property
+    def resource_version(self) -> str:
+        return self.metadata.resource_version or ""
+
+    @property
+    def finalizers(self) -> list[str]:
+        """A copy: the parsed object stays as read."""
+        return list(self.metadata.finalizers or ())
+
+    @property
     def deleting(self) -> bool:
-        return self.metadata.deletion_timestamp is not None
+        """Marked for deletion: a deletionTimestamp is set (and not empty)."""
+        return bool(self.metadata.deletion_timestamp)
+
+    def label(self, key: str) -> str | None:
+        return self.metadata.label(key)
+
+
+M = TypeVar("M", bound=K8sModel)
+
+
+class ParsedCache(Generic[M]):
+    """The parsed form of each item of a cache of API JSON (an informer's `items`), parsed
+    once per version of the object instead of on every read.
+
+    An informer replaces an item by a new dict on every change and never changes one in
+    place (runtime/informer.py), so a cached result is current while its item is the very
+    dict it was parsed from. A `ValidationError` is remembered as well, and raised again.
+    """
+
+    def __init__(self, model: type[M]) -> None:
+        self._model = model
+        # key -> (the item, its model or why it does not parse)
+        self._parsed: dict[str, tuple[Mapping[str, Any], M | str]] = {}
+
+    def get(self, items: Mapping[str, Mapping[str, Any]], key: str) -> M | None:
+        """The item `key` parsed, None when `items` has no such key."""
+        raw = items.get(key)
+        if raw is None:
+            return None
+        if len(self._parsed) > 2 * len(items) + 64:
+            self.forget_missing(items)
+        return self.parse(key, raw)
+
+    def parse(self, key: str, raw: Mapping[str, Any]) -> M:
+        """`raw`, the item `key`, parsed (from the cache while it is the same dict)."""
+        cached = self._parsed.get(key)
+        if cached is None or cached[0] is not raw:
+            cached = self._fresh(key, raw)
+        if isinstance(cached[1], str):
+            raise ValidationError(cached[1])
+        return cached[1]
+
+    def parse_all(self, items: Mapping[str, Mapping[str, Any]]
+                  ) -> tuple[list[M], dict[str, str]]:
+        """Every item parsed, and why each of the others does not parse, by key; what
+        `items` no longer holds is forgotten. The hot path of a reconcile: one dict lookup
+        per unchanged item."""
+        parsed, models, errors = self._parsed, [], {}
+        for key, raw in items.items():
+            cached = parsed.get(key)
+            if cached is None or cached[0] is not raw:
+                cached = self._fresh(key, raw)
+            if isinstance(cached[1], str):
+                errors[key] = cached[1]
+            else:
+                models.append(cached[1])
+        # Every key of `items` is held now: more keys than it has means stale ones.
+        if len(self._parsed) > len(items):
+            self._parsed = {k: v for k, v in self._parsed.items() if k in items}
+        return models, errors
+
+    def _fresh(self, key: str, raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], M | str]:
+        try:
+            cached: tuple[Mapping[str, Any], M | str] = (raw, self._model.from_dict(raw))
+        except ValidationError as err:
+            cached = (raw, str(err))
+        self._parsed[key] = cached
+        return cached
+
+    def forget_missing(self, items: Mapping[str, Any]) -> None:
+        """Drop what `items` no longer holds."""
+        if len(self._parsed) > len(items) or any(k not in items for k in self._parsed):
+            self._parsed = {k: v for k, v in self._parsed.items() if k in items}

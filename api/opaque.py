@@ -78,7 +78,7 @@ class ComputeDomainDaemonConfig(OpaqueConfig):
     kind: Literal["ComputeDomainDaemonConfig"] = names.KIND_DAEMON_CONFIG
 
 
-CONFIG_KINDS: Mapping[str, type[OpaqueConfig]] = {
+CONFIG_KINDS: Mapping[str, type[ComputeDomainChannelConfig] | type[ComputeDomainDaemonConfig]] = {
     names.KIND_CHANNEL_CONFIG: ComputeDomainChannelConfig,
     names.KIND_DAEMON_CONFIG: ComputeDomainDaemonConfig,
 }
@@ -138,4 +138,4 @@ def decode_config(
     except pydantic.ValidationError as err:
         raise ValidationError(describe_pydantic_errors(err, what=model.KIND)) from None
     config.validate_values()
-    return config  # type: ignore[return-value]
+    return config

@@ -47,9 +47,9 @@ class _DomainsByStatus(Collector):
         family = GaugeMetricFamily("nvidia_dra_compute_domain_info",
                                    "ComputeDomains by status", labels=["status"])
         counts = {names.STATUS_READY: 0, names.STATUS_NOT_READY: 0}
-        caches = self._app.caches
-        for cd in (caches.cds.items.values() if caches else ()):
-            state = (cd.get("status") or {}).get("status") or names.STATUS_NOT_READY
+        reconciler = self._app.reconciler
+        for cd in (reconciler.domains() if reconciler else ()):
+            state = (cd.status.status if cd.status else None) or names.STATUS_NOT_READY
             counts[state] = counts.get(state, 0) + 1
         for state, count in sorted(counts.items()):
             family.add_metric([state], count)
@@ -124,9 +124,9 @@ class ControllerApp:
             log.warning("reconcile %s failed: %r", key, error)
 
     async def _resync_loop(self) -> None:
-        assert self.caches is not None and self.queue is not None
+        assert self.reconciler is not None and self.queue is not None
         while True:
-            for uid in sorted(self.caches.referenced_uids()):
+            for uid in sorted(self.reconciler.referenced_uids()):
                 self.queue.add(uid)
             await asyncio.sleep(self.config.resync_s)
 
@@ -167,7 +167,7 @@ class ControllerApp:
         await self.serve_http()
         try:
             if not self.config.leader_election:
-                task = asyncio.ensure_future(self.run_controller())
+                task: asyncio.Future[Any] = asyncio.ensure_future(self.run_controller())
                 await _until(stop, task)
                 return 0
             elector = LeaderElector(

@@ -1,28 +1,87 @@
 """List+watch caches of everything the controller reasons about, each change mapped to the
-ComputeDomain it concerns, so a clique or pod update reconciles exactly its CD."""
+ComputeDomain it concerns, so a clique or pod update reconciles exactly its CD; and the
+typed reads of what they hold."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 from kubernetes import client
 
 from api import names
+from api.objects import K8sObject, ParsedCache
+from api.validation_error import ValidationError
 from runtime.draclient import DraApi
 from runtime.informer import Informer
 
-Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=K8sObject)
 
 
-def _ns_name(obj: Obj) -> str:
+def _ns_name(obj: Mapping[str, Any]) -> str:
     md = obj["metadata"]
     return f"{md.get('namespace', '')}/{md['name']}"
 
 
-def cd_label(obj: Obj) -> str:
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_COMPUTE_DOMAIN, "")
+def cd_label(obj: Mapping[str, Any]) -> str:
+    """The CD label of an object as the API sent it ("" when unlabeled, or when its
+    metadata does not parse: a watch callback must not raise)."""
+    try:
+        return K8sObject.from_dict(obj).label(names.LABEL_COMPUTE_DOMAIN) or ""
+    except ValidationError:
+        return ""
+
+
+class HasItems(Protocol):
+    """What is read of an informer: its items, the API's JSON by key."""
+
+    @property
+    def items(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+
+class TypedCache(Generic[M]):
+    """An informer's items as `model`s, each parsed once per version of the object.
+
+    An object that does not parse (the API server's schema keeps them out) is an error
+    when asked for by key, and is skipped with a warning where objects are listed, so it
+    cannot stop the reconciles of other ComputeDomains.
+    """
+
+    def __init__(self, model: type[M], informer: Callable[[], HasItems | None]) -> None:
+        self._informer = informer
+        self._parsed = ParsedCache(model)
+        self._reported: dict[str, Mapping[str, Any]] = {}  # key -> the item last warned of
+
+    def _items(self) -> Mapping[str, Mapping[str, Any]]:
+        informer = self._informer()
+        return informer.items if informer is not None else {}
+
+    def get(self, key: str) -> M | None:
+        return self._parsed.get(self._items(), key)
+
+    def values(self) -> list[M]:
+        items = self._items()
+        models, errors = self._parsed.parse_all(items)
+        for key, why in errors.items():
+            if self._reported.get(key) is not items[key]:  # once per version of it
+                self._reported[key] = items[key]
+                log.warning("ignoring %s: %s", key, why)
+        if len(self._reported) > len(errors):
+            self._reported = {k: v for k, v in self._reported.items() if k in errors}
+        return models
+
+    def labeled(self, uid: str, namespaces: tuple[str, ...] | None = None) -> list[M]:
+        """The objects labeled with ComputeDomain `uid` (in `namespaces`, when given)."""
+        out = []
+        for obj in self.values():  # every reconcile, over every object: kept lean
+            md = obj.metadata
+            if (md.labels and md.labels.get(names.LABEL_COMPUTE_DOMAIN) == uid
+                    and (namespaces is None or (md.namespace or "") in namespaces)):
+                out.append(obj)
+        return out
 
 
 class Caches:
@@ -35,12 +94,12 @@ class Caches:
         to_dict = api.sanitize_for_serialization
         selector = {"label_selector": names.LABEL_COMPUTE_DOMAIN}
 
-        def by_label(obj: Obj) -> None:
+        def by_label(obj: dict[str, Any]) -> None:
             uid = cd_label(obj)
             if uid:
                 enqueue(uid)
 
-        def by_uid(obj: Obj) -> None:
+        def by_uid(obj: dict[str, Any]) -> None:
             enqueue(obj["metadata"]["uid"])
 
         self.cds = Informer(loop, custom.list_cluster_custom_object, lambda o: o["metadata"][
@@ -84,18 +143,3 @@ class Caches:
     async def wait_synced(self, timeout: float) -> None:
         async with asyncio.timeout(timeout):
             await asyncio.gather(*(i.synced.wait() for i in self.all))
-
-    @staticmethod
-    def labeled(informer: Informer | None, uid: str, namespaces: tuple[str, ...] | None = None
-                ) -> list[Obj]:
-        if informer is None:
-            return []
-        return [o for o in informer.items.values() if cd_label(o) == uid and (
-            namespaces is None or o["metadata"].get("namespace", "") in namespaces)]
-
-    def referenced_uids(self) -> set[str]:
-        """Every CD UID some generated object or label still refers to (for cleanup)."""
-        uids = set(self.cds.items)
-        for informer in self.all[1:]:
-            uids |= {cd_label(o) for o in informer.items.values() if cd_label(o)}
-        return uids

@@ -1,5 +1,8 @@
-"""`compute-domain-controller` flags and env vars (reference controller.md §8.1), validated.
+"""`compute-domain-controller` flags and env vars, validated.
 
+The reference controller's flags and env vars (`newApp` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-controller/main.go),
+plus tuning flags of our own (`--workers`, `--resync-interval`, `--status-write-interval`).
 Validation order and messages follow the reference: feature gates first, then the IMEX
 settings; host-managed mode then turns the DNS-names and cliques gates off.
 """

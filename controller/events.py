@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from api import names
+from api.objects import K8sObject
 from runtime.kubecall import call
 
 log = logging.getLogger(__name__)
@@ -23,33 +23,32 @@ class EventRecorder:
         self._host = host
         self._recent: dict[tuple[str, str, str], tuple[str, int]] = {}
 
-    async def warning(self, obj: dict[str, Any], reason: str, message: str) -> None:
-        md = obj["metadata"]
-        key = (md["uid"], reason, message)
+    async def warning(self, obj: K8sObject, reason: str, message: str) -> None:
+        key = (obj.uid, reason, message)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
             if key in self._recent:
                 name, count = self._recent[key]
                 patch = {"count": count + 1, "lastTimestamp": now}
-                await call(self._core.patch_namespaced_event, name, md["namespace"], patch)
+                await call(self._core.patch_namespaced_event, name, obj.namespace, patch)
                 self._recent[key] = (name, count + 1)
                 return
             event = {
-                "metadata": {"generateName": f"{md['name']}-"},
+                "metadata": {"generateName": f"{obj.name}-"},
                 "involvedObject": {"apiVersion": names.API_VERSION,
-                                   "kind": names.KIND_COMPUTE_DOMAIN, "name": md["name"],
-                                   "namespace": md["namespace"], "uid": md["uid"],
-                                   "resourceVersion": md.get("resourceVersion", "")},
+                                   "kind": names.KIND_COMPUTE_DOMAIN, "name": obj.name,
+                                   "namespace": obj.namespace, "uid": obj.uid,
+                                   "resourceVersion": obj.resource_version},
                 "reason": reason, "message": message, "type": "Warning", "count": 1,
                 "firstTimestamp": now, "lastTimestamp": now,
                 "source": {"component": COMPONENT, "host": self._host},
                 "reportingComponent": COMPONENT, "reportingInstance": self._host,
             }
-            created = await call(self._core.create_namespaced_event, md["namespace"], event)
-            self._recent[key] = (created.metadata.name, 1)
+            created = await call(self._core.create_namespaced_event, obj.namespace, event)
+            self._recent[key] = (created.metadata.name or "", 1)
         except ApiException as err:  # events are best effort
             self._recent.pop(key, None)
-            log.info("could not record event %s on %s: %s", reason, md["name"], err.reason)
+            log.info("could not record event %s on %s: %s", reason, obj.name, err.reason)
 
     def forget(self, uid: str) -> None:
         for key in [k for k in self._recent if k[0] == uid]:

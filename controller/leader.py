@@ -1,4 +1,8 @@
-"""Lease-based leader election with client-go `leaderelection` semantics (controller.md §8.2).
+"""Lease-based leader election with client-go `leaderelection` semantics.
+
+client-go's is https://github.com/kubernetes/client-go/tree/master/tools/leaderelection; the
+reference controller runs under it (`runWithLeaderElection` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-controller/main.go).
 
 Only one controller replica may reconcile at a time, or two would fight over the same
 objects. Replicas compete for a `coordination.k8s.io/v1` Lease: the holder renews it every
@@ -30,9 +34,9 @@ import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -51,6 +55,11 @@ _CONFLICT_RETRIES = 3
 def format_micro_time(moment: datetime) -> str:
     """`metav1.MicroTime` as client-go marshals it: `2026-11-29T10:00:00.000000Z`."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _utc_now() -> datetime:
+    """The wall clock LeaderElector uses by default."""
+    return datetime.now(UTC)
 
 
 def parse_time(text: Any) -> datetime | None:
@@ -86,6 +95,8 @@ class LeaderElector:
         release_on_cancel: bool = True,
         on_change: Callable[[str], None] | None = None,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = _utc_now,
     ) -> None:
         if not identity:
             raise ValueError("identity must not be empty")
@@ -105,6 +116,10 @@ class LeaderElector:
         self._release_on_cancel = release_on_cancel
         self._on_change = on_change
         self._rng = rng or random.Random()
+        # Injectable for tests on a virtual event-loop clock: `clock` must keep the pace of
+        # the loop's (whose asyncio.sleep and asyncio.timeout pace the periods).
+        self._clock = clock
+        self._wall_clock = wall_clock
 
         self._lease: Lease | None = None  # last version read or written
         self._observed_rv: str | None = None
@@ -128,7 +143,7 @@ class LeaderElector:
         """The holder last seen on the Lease ("" when released, None before the first read)."""
         return self._holder
 
-    async def run(self, lead: Callable[[], Awaitable[None]]) -> bool:
+    async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> bool:
         """Acquire the lease, run `lead()` while renewing it; see the class docstring."""
         await self._acquire()
         self._is_leader = True
@@ -173,10 +188,10 @@ class LeaderElector:
 
     async def _renew(self) -> None:
         """Renew every retry_period; return when renewal has failed for renew_deadline."""
-        last_ok = time.monotonic()
+        last_ok = self._clock()
         while self._is_leader:
             await asyncio.sleep(self._retry_period)
-            remaining = self._renew_deadline - (time.monotonic() - last_ok)
+            remaining = self._renew_deadline - (self._clock() - last_ok)
             if remaining <= 0:
                 return
             try:
@@ -191,7 +206,7 @@ class LeaderElector:
                 log.info("%s: cannot renew lease %s: %s", self._identity, self._name, exc)
                 ok = False
             if ok:
-                last_ok = time.monotonic()
+                last_ok = self._clock()
             elif self._holder not in (None, self._identity):
                 return  # someone else holds it now: no point waiting for the deadline
 
@@ -235,7 +250,7 @@ class LeaderElector:
                 for _ in range(_CONFLICT_RETRIES):
                     if lease is None or self._holder_of(lease) != self._identity:
                         return
-                    now = format_micro_time(datetime.now(UTC))
+                    now = format_micro_time(self._wall_clock())
                     spec = {
                         **lease["spec"],
                         "holderIdentity": "",
@@ -266,7 +281,7 @@ class LeaderElector:
     def _spec_for(self, lease: Lease | None) -> dict[str, Any]:
         """The spec that makes us the holder, keeping fields we do not manage."""
         old = dict((lease or {}).get("spec") or {})
-        now = format_micro_time(datetime.now(UTC))
+        now = format_micro_time(self._wall_clock())
         transitions = int(old.get("leaseTransitions") or 0)
         if lease is not None and old.get("holderIdentity") == self._identity:
             acquired = old.get("acquireTime") or now
@@ -284,20 +299,20 @@ class LeaderElector:
         }
 
     def _expired(self, spec: dict[str, Any]) -> bool:
-        if time.monotonic() - self._observed_at > self._lease_duration:
+        if self._clock() - self._observed_at > self._lease_duration:
             return True
         renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
         duration = spec.get("leaseDurationSeconds")
         if renewed is None or not isinstance(duration, int):
             return False
-        return (datetime.now(UTC) - renewed).total_seconds() > duration
+        return (self._wall_clock() - renewed).total_seconds() > duration
 
     def _observe(self, lease: Lease) -> None:
         self._lease = lease
         rv = (lease.get("metadata") or {}).get("resourceVersion")
         if rv != self._observed_rv:
             self._observed_rv = rv
-            self._observed_at = time.monotonic()
+            self._observed_at = self._clock()
         holder = self._holder_of(lease)
         if holder != self._holder:
             self._holder = holder
@@ -323,7 +338,8 @@ class LeaderElector:
                 if exc.status == 404:
                     return None
                 raise
-            return json.loads(response.data)
+            # Unparsed (_preload_content=False): the JSON, not the client's V1Lease.
+            return cast(Lease, json.loads(cast(Any, response).data))
 
         return await asyncio.to_thread(call)
 
@@ -351,7 +367,7 @@ class LeaderElector:
             if method == "POST":
                 response = self._api.create_namespaced_lease(
                     self._namespace,
-                    body,
+                    cast(Any, body),
                     _preload_content=False,
                     _request_timeout=self._renew_deadline,
                 )
@@ -359,11 +375,11 @@ class LeaderElector:
                 response = self._api.replace_namespaced_lease(
                     self._name,
                     self._namespace,
-                    body,
+                    cast(Any, body),
                     _preload_content=False,
                     _request_timeout=self._renew_deadline,
                 )
-            return json.loads(response.data)
+            return cast(Lease, json.loads(cast(Any, response).data))
         request = api_client.param_serialize(
             method=method,
             resource_path=path,
@@ -376,7 +392,7 @@ class LeaderElector:
         response.read()
         if not 200 <= response.status <= 299:
             raise ApiException.from_response(http_resp=response, body=None, data=None)
-        return json.loads(response.data)
+        return cast(Lease, json.loads(response.data))
 
 
 __all__ = ["LeaderElector", "format_micro_time", "parse_time"]

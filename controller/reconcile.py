@@ -1,9 +1,11 @@
-"""One reconcile of one ComputeDomain (reference controller.md §2-§4), idempotent.
+"""One reconcile of one ComputeDomain, idempotent.
 
 Live CD: finalizer, generated objects, status. Deleting CD: the reference's strict order,
 finalizers removed only from objects the server already shows terminating, the CD's own
 finalizer last, once the generated objects are really gone. No CD at all (a stale UID):
-delete what still carries its label and clear the finalizers in the same pass.
+delete what still carries its label and clear the finalizers in the same pass. The
+reference's is `onAddOrUpdate` in computedomain.go and its cleanup loops (cleanup.go) in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-controller.
 
 A reconcile that cannot progress says why on the CD (an Event and the Reconciled=False
 condition) instead of retrying silently.
@@ -19,21 +21,24 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from api import names
+from api.clique import ComputeDomainClique
+from api.computedomain import Condition, StoredComputeDomain
+from api.objects import K8sObject
+from api.pod import Pod, PodList
 from controller import render, status
-from controller.caches import Caches, cd_label
+from controller.caches import Caches, TypedCache, cd_label
 from controller.config import ControllerConfig
 from controller.events import EventRecorder
 from runtime.draclient import DraApi
 from runtime.kubecall import call
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 CONDITION = "Reconciled"
 # At most one status write per ComputeDomain per this many seconds (Reconciler).
 STATUS_INTERVAL_S = 1.0
@@ -52,14 +57,6 @@ class BlockedError(Exception):
     message: str
 
 
-def _md(obj: Obj) -> dict[str, Any]:
-    return obj.setdefault("metadata", {})
-
-
-def _terminating(obj: Obj) -> bool:
-    return bool(_md(obj).get("deletionTimestamp"))
-
-
 class Reconciler:
     def __init__(self, api: client.ApiClient, dra: DraApi, config: ControllerConfig,
                  caches: Caches, events: EventRecorder, *,
@@ -74,6 +71,13 @@ class Reconciler:
         self._api = api
         self._cfg = config
         self._caches = caches
+        # Typed reads of the caches' items, each parsed once per version of the object.
+        self._cds = TypedCache(StoredComputeDomain, lambda: caches.cds)
+        self._templates = TypedCache(K8sObject, lambda: caches.templates)
+        self._daemonsets = TypedCache(K8sObject, lambda: caches.daemonsets)
+        self._pods = TypedCache(Pod, lambda: caches.pods)
+        self._node_objects = TypedCache(K8sObject, lambda: caches.nodes)
+        self._cliques = TypedCache(ComputeDomainClique, lambda: caches.cliques)
         self._events = events
         self._settings = config.render_settings()
         self._custom = client.CustomObjectsApi(api)
@@ -85,16 +89,28 @@ class Reconciler:
     def _count(self, uid: str) -> None:
         self.writes[uid] = self.writes.get(uid, 0) + 1
 
+    def domains(self) -> list[StoredComputeDomain]:
+        """Every ComputeDomain the cache holds (that parses)."""
+        return self._cds.values()
+
+    def referenced_uids(self) -> set[str]:
+        """Every CD UID some generated object or label still refers to (for cleanup)."""
+        uids = set(self._caches.cds.items)
+        for typed in (self._templates, self._daemonsets, self._pods, self._node_objects,
+                      self._cliques):
+            uids |= {u for o in typed.values() if (u := o.label(names.LABEL_COMPUTE_DOMAIN))}
+        return uids
+
     # --- entry point ---------------------------------------------------------------
 
     async def reconcile(self, uid: str) -> None:
-        cd = self._caches.cds.items.get(uid)
+        cd = self._cds.get(uid)
         if cd is None:
             self._status_written.pop(uid, None)
             await self._cleanup_stale(uid)
             return
         try:
-            if _terminating(cd):
+            if cd.deleting:
                 await self._delete(cd)
             else:
                 await self._ensure(cd)
@@ -104,8 +120,8 @@ class Reconciler:
 
     # --- live CD ---------------------------------------------------------------------
 
-    async def _ensure(self, cd: Obj) -> None:
-        uid = _md(cd)["uid"]
+    async def _ensure(self, cd: StoredComputeDomain) -> None:
+        uid = cd.uid
         cd = await self._add_finalizer(cd)
         if not self._cfg.host_managed:
             await self._ensure_daemon_objects(uid)
@@ -114,17 +130,16 @@ class Reconciler:
         if self._cfg.cliques and not self._cfg.host_managed:
             await self._prune_cliques(uid)
 
-    async def _add_finalizer(self, cd: Obj) -> Obj:
-        md = _md(cd)
-        if names.FINALIZER in (md.get("finalizers") or []):
+    async def _add_finalizer(self, cd: StoredComputeDomain) -> StoredComputeDomain:
+        if names.FINALIZER in cd.finalizers:
             return cd
-        body = {"metadata": {"finalizers": [*(md.get("finalizers") or []), names.FINALIZER],
-                             "resourceVersion": md["resourceVersion"]}}
+        body = {"metadata": {"finalizers": [*cd.finalizers, names.FINALIZER],
+                             "resourceVersion": cd.metadata.resource_version}}
         updated = await call(self._custom.patch_namespaced_custom_object, names.GROUP,
-                             names.VERSION, md["namespace"], names.PLURAL_COMPUTE_DOMAINS,
-                             md["name"], body)
-        self._count(md["uid"])
-        return updated
+                             names.VERSION, cd.namespace, names.PLURAL_COMPUTE_DOMAINS,
+                             cd.name, body)
+        self._count(cd.uid)
+        return StoredComputeDomain.from_dict(updated)
 
     async def _create(self, uid: str, create: Any, *args: Any) -> None:
         try:
@@ -133,27 +148,25 @@ class Reconciler:
         except ApiException as err:
             if err.status == 403:
                 raise BlockedError("Forbidden", f"the controller may not create {args[-1]['kind']} "
-                              f"{_md(args[-1]).get('name')}: check its RBAC") from None
+                              f"{args[-1]['metadata']['name']}: check its RBAC") from None
             if err.status != 409:
                 raise
 
     async def _ensure_daemon_objects(self, uid: str) -> None:
         managed = self._cfg.managed_namespaces
-        if not [o for o in Caches.labeled(self._caches.templates, uid, managed)
+        if not [o for o in self._templates.labeled(uid, managed)
                 if render.is_ours(o, uid, names.TARGET_DAEMON)]:
             rct = render.daemon_claim_template(uid, self._settings)
             await self._create(uid, self._create_template, self._cfg.namespace, rct)
-        if not Caches.labeled(self._caches.daemonsets, uid, managed):
+        if not self._daemonsets.labeled(uid, managed):
             ds = render.daemon_set(uid, self._settings)
             await self._create(uid, self._apps.create_namespaced_daemon_set, self._cfg.namespace,
                                ds)
 
-    async def _ensure_workload_template(self, cd: Obj) -> None:
-        md = _md(cd)
-        uid, namespace = md["uid"], md["namespace"]
-        name = ((((cd.get("spec") or {}).get("channel") or {})
-                 .get("resourceClaimTemplate") or {}).get("name"))
-        if not isinstance(name, str) or not name:
+    async def _ensure_workload_template(self, cd: StoredComputeDomain) -> None:
+        uid, namespace = cd.uid, cd.namespace
+        name = cd.workload_template_name
+        if not name:
             # The CRD does not require a spec, so `spec: null` gets through the API.
             raise BlockedError(
                 "InvalidSpec",
@@ -166,7 +179,7 @@ class Reconciler:
                 f"ResourceClaimTemplate name: {problem}; the spec is immutable, so recreate "
                 "the ComputeDomain with a valid name")
         key = f"{namespace}/{name}"
-        existing = self._caches.templates.items.get(key)
+        existing = self._templates.get(key)
         if existing is not None and render.is_ours(existing, uid, names.TARGET_WORKLOAD):
             return
         if existing is None:
@@ -193,49 +206,44 @@ class Reconciler:
 
     # --- status ------------------------------------------------------------------------
 
-    def _nodes(self, cd: Obj) -> list[Obj]:
+    def _nodes(self, cd: StoredComputeDomain) -> list[dict[str, Any]]:
         if self._cfg.host_managed:
             return []
-        uid = _md(cd)["uid"]
         managed = self._cfg.managed_namespaces
-        pods = Caches.labeled(self._caches.pods, uid, managed)
+        pods = self._pods.labeled(cd.uid, managed)
         if self._cfg.cliques:
-            cliques = Caches.labeled(self._caches.cliques, uid, managed)
-            return status.nodes_from_cliques(cliques, pods)
-        return status.nodes_legacy((cd.get("status") or {}).get("nodes") or [], pods)
+            return status.nodes_from_cliques(self._cliques.labeled(cd.uid, managed), pods)
+        return status.nodes_legacy(cd.status_nodes, pods)
 
-    async def _write_status(self, cd: Obj, *,
+    async def _write_status(self, cd: StoredComputeDomain, *,
                             blocked: BlockedError | None = None) -> None:
-        md = _md(cd)
-        current = cd.get("status") or {}
+        current = cd.status
+        current_conditions = list(current.conditions or ()) if current is not None else []
         nodes = self._nodes(cd)
-        body = status.status_body(nodes, (cd.get("spec") or {}).get("numNodes") or 0,
-                                  host_managed=self._cfg.host_managed)
+        body = status.status_body(nodes, cd.num_nodes, host_managed=self._cfg.host_managed)
         if blocked is not None:
             # Not reconciled (its workloads get no channel): never Ready, whatever the
             # daemons report; the condition says why.
             body["status"] = names.STATUS_NOT_READY
-        conditions = _with_condition(current.get("conditions") or [], md.get("generation"),
-                                     blocked)
+        conditions = _with_condition(current_conditions, cd.metadata.generation, blocked)
         if conditions:
-            body["conditions"] = conditions
-        unchanged = (current.get("status") == body["status"]
-                     and status.nodes_equal(current.get("nodes") or [], body.get("nodes") or [])
-                     and _conditions_equal(current.get("conditions") or [], conditions))
+            body["conditions"] = [c.as_read() for c in conditions]
+        unchanged = ((current.status if current is not None else None) == body["status"]
+                     and status.nodes_equal(cd.status_nodes, body.get("nodes") or [])
+                     and _conditions_equal(current_conditions, conditions))
         if unchanged:
             return
-        if blocked is None and self._status_deferred(md["uid"]):
+        if blocked is None and self._status_deferred(cd.uid):
             return
-        new = {**cd, "status": body}
+        new = cd.as_read(without=frozenset({"status"})) | {"status": body}
         try:
             await call(self._custom.replace_namespaced_custom_object_status, names.GROUP,
-                       names.VERSION, md["namespace"], names.PLURAL_COMPUTE_DOMAINS, md["name"],
-                       new)
-            self._count(md["uid"])
-            self._status_written[md["uid"]] = asyncio.get_running_loop().time()
+                       names.VERSION, cd.namespace, names.PLURAL_COMPUTE_DOMAINS, cd.name, new)
+            self._count(cd.uid)
+            self._status_written[cd.uid] = asyncio.get_running_loop().time()
         except ApiException as err:
             if err.status in (404, 409):  # a newer copy is on its way through the watch
-                where = f"{md['namespace']}/{md['name']}"
+                where = f"{cd.namespace}/{cd.name}"
                 raise RetryError(f"status of {where}: {err.reason}") from None
             raise
 
@@ -254,88 +262,88 @@ class Reconciler:
         self._requeue_after(uid, wait)
         return True
 
-    async def _report(self, cd: Obj, blocked: BlockedError) -> None:
+    async def _report(self, cd: StoredComputeDomain, blocked: BlockedError) -> None:
         await self._events.warning(cd, blocked.reason, blocked.message)
         try:
             await self._write_status(cd, blocked=blocked)
         except (RetryError, ApiException) as err:
-            log.info("could not record condition on %s: %s", _md(cd)["name"], err)
+            log.info("could not record condition on %s: %s", cd.name, err)
 
     async def _prune_cliques(self, uid: str) -> None:
         managed = self._cfg.managed_namespaces
-        pod_nodes = status.pod_node_names(Caches.labeled(self._caches.pods, uid, managed))
+        pod_nodes = status.pod_node_names(self._pods.labeled(uid, managed))
         live: dict[str, set[str]] = {}  # namespace -> nodes of the daemon pods the server has
-        for clique in Caches.labeled(self._caches.cliques, uid, managed):
+        for clique in self._cliques.labeled(uid, managed):
             kept = status.prune_clique_daemons(clique, pod_nodes)
             if kept is None:
                 continue
-            md = _md(clique)
+            namespace = clique.namespace
             # The pod cache can lag the clique cache (a dropped watch, a re-list): a daemon
-            # that just joined would look stale and lose its entry (reference sigs#1418).
+            # that just joined would look stale and lose its entry, as in the reference
+            # (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1418).
             # Removing is destructive, so ask the server which daemon pods exist first
             # (once per namespace and pass).
-            if md["namespace"] not in live:
-                listed = await call(self._core.list_namespaced_pod, md["namespace"],
+            if namespace not in live:
+                # Unparsed (_preload_content=False): the JSON, not the client's V1PodList.
+                listed = await call(self._core.list_namespaced_pod, namespace,
                                     label_selector=f"{names.LABEL_COMPUTE_DOMAIN}={uid}",
                                     _preload_content=False)
-                live[md["namespace"]] = status.pod_node_names(
-                    json.loads(listed.data).get("items") or ())
-            kept = status.prune_clique_daemons(clique, live[md["namespace"]])
+                pods = PodList.from_dict(json.loads(cast(Any, listed).data)).items
+                live[namespace] = status.pod_node_names(pods or ())
+            kept = status.prune_clique_daemons(clique, live[namespace])
             if kept is None:
                 continue
-            body = {**clique, "daemons": kept}
+            body = clique.as_read(without=frozenset({"daemons"})) | {"daemons": kept}
             try:
                 await call(self._custom.replace_namespaced_custom_object, names.GROUP,
-                           names.VERSION, md["namespace"], names.PLURAL_CLIQUES, md["name"],
-                           body)
+                           names.VERSION, namespace, names.PLURAL_CLIQUES, clique.name, body)
                 self._count(uid)
             except ApiException as err:
                 if err.status not in (404, 409):
                     raise
-                raise RetryError(f"pruning clique {md['name']}: {err.reason}") from None
+                raise RetryError(f"pruning clique {clique.name}: {err.reason}") from None
 
     # --- deletion ----------------------------------------------------------------------
 
-    async def _delete(self, cd: Obj) -> None:
-        uid = _md(cd)["uid"]
+    async def _delete(self, cd: StoredComputeDomain) -> None:
+        uid = cd.uid
         await self._delete_generated(uid)
-        if names.FINALIZER in (_md(cd).get("finalizers") or []):
-            md = _md(cd)
-            body = {"metadata": {"finalizers": [f for f in md["finalizers"]
+        if names.FINALIZER in cd.finalizers:
+            body = {"metadata": {"finalizers": [f for f in cd.finalizers
                                                 if f != names.FINALIZER],
-                                 "resourceVersion": md["resourceVersion"]}}
+                                 "resourceVersion": cd.metadata.resource_version}}
             try:
                 await call(self._custom.patch_namespaced_custom_object, names.GROUP,
-                           names.VERSION, md["namespace"], names.PLURAL_COMPUTE_DOMAINS,
-                           md["name"], body)
+                           names.VERSION, cd.namespace, names.PLURAL_COMPUTE_DOMAINS,
+                           cd.name, body)
                 self._count(uid)
             except ApiException as err:
                 if err.status != 404:
                     raise
 
     async def _delete_generated(self, uid: str) -> None:
-        """Steps 1-7 of reference §3.2; raises RetryError until everything is gone."""
-        workload = [o for o in Caches.labeled(self._caches.templates, uid)
+        """Delete the workload and daemon templates and the DaemonSets, remove the node
+        labels, then the finalizers of objects now terminating; raises RetryError until
+        everything is gone. The reference's order; the CD's own finalizer goes after."""
+        workload = [o for o in self._templates.labeled(uid)
                     if render.is_ours(o, uid, names.TARGET_WORKLOAD)]
-        daemon = [o for o in Caches.labeled(self._caches.templates, uid,
-                                             self._cfg.managed_namespaces)
+        daemon = [o for o in self._templates.labeled(uid, self._cfg.managed_namespaces)
                   if render.is_ours(o, uid, names.TARGET_DAEMON)]
-        daemonsets = Caches.labeled(self._caches.daemonsets, uid, self._cfg.managed_namespaces)
+        daemonsets = self._daemonsets.labeled(uid, self._cfg.managed_namespaces)
         # Listed objects carry no kind (a list's items do not): say which API each one is.
-        generated = [*((o, False) for o in [*workload, *daemon]),
+        generated: list[tuple[K8sObject, bool]] = [*((o, False) for o in [*workload, *daemon]),
                      *((o, True) for o in daemonsets)]
         for obj, is_ds in generated:
             await self._delete_object(uid, obj, is_ds)
         await self._remove_node_labels(uid)
         for obj, is_ds in generated:
             await self._remove_finalizer(uid, obj, is_ds)
-        remaining = [o for o in (*Caches.labeled(self._caches.templates, uid),
-                                 *Caches.labeled(self._caches.daemonsets, uid))]
+        remaining = [*self._templates.labeled(uid), *self._daemonsets.labeled(uid)]
         if remaining:
             raise RetryError(f"ComputeDomain {uid}: {len(remaining)} generated objects still "
                              "exist")
 
-    def _create_template(self, namespace: str, body: Obj) -> Obj:
+    def _create_template(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._dra.create(TEMPLATES, body, namespace)
 
     def _api_for(self, daemonset: bool) -> tuple[Any, Any, Any]:
@@ -348,71 +356,73 @@ class Reconciler:
                 functools.partial(self._dra.delete, TEMPLATES),
                 functools.partial(self._dra.replace, TEMPLATES))
 
-    async def _delete_object(self, uid: str, obj: Obj, daemonset: bool) -> None:
-        if _terminating(obj):
+    async def _delete_object(self, uid: str, obj: K8sObject, daemonset: bool) -> None:
+        if obj.deleting:
             return
         _, delete, _ = self._api_for(daemonset)
-        md = _md(obj)
         try:
-            await call(delete, md["name"], md["namespace"])
+            await call(delete, obj.name, obj.namespace)
             self._count(uid)
         except ApiException as err:
             if err.status != 404:
                 raise
 
-    async def _remove_finalizer(self, uid: str, obj: Obj, daemonset: bool) -> None:
+    async def _remove_finalizer(self, uid: str, obj: K8sObject, daemonset: bool) -> None:
         """Only from an object the server shows terminating: read it live, not from cache,
         so a stale object goes in the same pass as its delete."""
         read, _, replace = self._api_for(daemonset)
-        md = _md(obj)
+        name, namespace = obj.name, obj.namespace
         try:
-            live = self._api.sanitize_for_serialization(
-                await call(read, md["name"], md["namespace"]))
+            live: dict[str, Any] = self._api.sanitize_for_serialization(
+                await call(read, name, namespace))
         except ApiException as err:
             if err.status == 404:
                 return
             raise
-        live_md = live["metadata"]
-        finalizers = live_md.get("finalizers") or []
-        if names.FINALIZER not in finalizers:
+        current = K8sObject.from_dict(live)
+        if names.FINALIZER not in current.finalizers:
             return
-        if not live_md.get("deletionTimestamp"):
+        if not current.deleting:
             kind = "DaemonSet" if daemonset else "ResourceClaimTemplate"
             raise RetryError(f"attempting to remove finalizer before {kind} "
-                             f"{md['namespace']}/{md['name']} marked for deletion")
+                             f"{namespace}/{name} marked for deletion")
         # A full update carrying the read resourceVersion: a strategic merge patch cannot
         # shrink a finalizer list, and a conflict must be seen, not overwritten.
-        live_md["finalizers"] = [f for f in finalizers if f != names.FINALIZER]
+        finalizers = [f for f in current.finalizers if f != names.FINALIZER]
+        body = {**live, "metadata": {**live["metadata"], "finalizers": finalizers}}
         try:
-            await call(replace, md["name"], md["namespace"], live)
+            await call(replace, name, namespace, body)
             self._count(uid)
         except ApiException as err:
             if err.status not in (404, 409):
                 raise
-            raise RetryError(f"finalizer of {md['name']}: {err.reason}") from None
+            raise RetryError(f"finalizer of {name}: {err.reason}") from None
 
     async def _remove_node_labels(self, uid: str) -> None:
         nodes = await call(self._core.list_node,
                            label_selector=f"{names.LABEL_COMPUTE_DOMAIN} in ({uid})")
         for node in nodes.items:
-            labels = dict(node.metadata.labels or {})
-            labels.pop(names.LABEL_COMPUTE_DOMAIN, None)
-            node.metadata.labels = labels
+            md = node.metadata
+            if md is None:  # the server always sends it
+                continue
+            labels = md.labels if md.labels else {}
+            md.labels = {k: v for k, v in labels.items() if k != names.LABEL_COMPUTE_DOMAIN}
             try:
-                await call(self._core.replace_node, node.metadata.name, node)
+                await call(self._core.replace_node, md.name, node)
                 self._count(uid)
             except ApiException as err:
                 if err.status not in (404, 409):
                     raise
-                raise RetryError(f"node {node.metadata.name}: {err.reason}") from None
+                raise RetryError(f"node {md.name}: {err.reason}") from None
 
     async def _cleanup_stale(self, uid: str) -> None:
-        """Objects and labels of a CD that no longer exists (reference §3.4, same pass)."""
+        """Objects and labels of a CD that no longer exists, deleted and their finalizers
+        cleared in one pass (the reference's cleanup loops usually need a second pass,
+        10 minutes later)."""
         if not self._caches.cds.synced.is_set():
             raise RetryError("ComputeDomain cache not synced yet")
-        stale = [o for o in (*Caches.labeled(self._caches.templates, uid),
-                             *Caches.labeled(self._caches.daemonsets, uid))]
-        labeled_nodes = Caches.labeled(self._caches.nodes, uid)
+        stale = [*self._templates.labeled(uid), *self._daemonsets.labeled(uid)]
+        labeled_nodes = self._node_objects.labeled(uid)
         if not stale and not labeled_nodes:
             return
         log.info("cleaning up %d objects and %d node labels of deleted ComputeDomain %s",
@@ -448,26 +458,26 @@ def _server_message(err: ApiException) -> str:
         return str(err.reason)
 
 
-def _with_condition(current: list[Obj], generation: Any, blocked: BlockedError | None
-                    ) -> list[Obj]:
+def _with_condition(current: list[Condition], generation: int | None,
+                    blocked: BlockedError | None) -> list[Condition]:
     """Reconciled=False with the reason while blocked; removed again once it recovers."""
-    others = [c for c in current if c.get("type") != CONDITION]
+    others = [c for c in current if c.type != CONDITION]
     if blocked is None:
         return others
-    previous = next((c for c in current if c.get("type") == CONDITION), None)
-    if previous is not None and previous.get("reason") == blocked.reason and previous.get(
-            "message") == blocked.message:
+    previous = next((c for c in current if c.type == CONDITION), None)
+    if (previous is not None and previous.reason == blocked.reason
+            and previous.message == blocked.message):
         return current
-    condition = {"type": CONDITION, "status": "False", "reason": blocked.reason,
-                 "message": blocked.message, "lastTransitionTime": _now()}
-    if isinstance(generation, int):
-        condition["observedGeneration"] = generation
+    condition = Condition(type=CONDITION, status="False", reason=blocked.reason,
+                          message=blocked.message, last_transition_time=_now())
+    if generation is not None:
+        condition.observed_generation = generation
     return [*others, condition]
 
 
-def _conditions_equal(a: list[Obj], b: list[Obj]) -> bool:
-    def key(c: Obj) -> tuple[Any, ...]:
-        return (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+def _conditions_equal(a: list[Condition], b: list[Condition]) -> bool:
+    def key(c: Condition) -> tuple[str, str, str, str]:
+        return (c.type or "", c.status or "", c.reason or "", c.message or "")
     return sorted(map(key, a)) == sorted(map(key, b))
 
 

@@ -1,8 +1,9 @@
 """The objects the controller creates for a ComputeDomain, as pure functions.
 
 Each function returns the API JSON (a plain dict) of one object, field for field as the
-reference driver renders it from its YAML templates (reference controller.md §2), so that
-clusters, tools and tests written against the Go driver see the same objects. The one
+reference driver renders it from its YAML templates (its templates/*.tmpl.yaml, filled in
+by cmd/compute-domain-controller: https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu),
+so that clusters, tools and tests written against the Go driver see the same objects. The one
 deliberate difference: the daemon container runs our agent (`compute-domain-agent daemon
 run|check`), not the reference's `compute-domain-daemon` binary.
 
@@ -11,19 +12,21 @@ Nothing here talks to the API or keeps state; the reconciler decides when to cre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import names
+from api.computedomain import StoredComputeDomain
 from api.featuregates import FeatureGates
+from api.objects import K8sObject
 
 AGENT_PROGRAM: Final = "compute-domain-agent"
 # Verbosity reaches the agent through the LOG_VERBOSITY env var (its `-v` flag's env source),
 # so unlike the reference no `$(LOG_VERBOSITY)` expansion is needed in the commands.
 DAEMON_RUN_COMMAND: Final = (AGENT_PROGRAM, "daemon", "run")
 DAEMON_CHECK_COMMAND: Final = (AGENT_PROGRAM, "daemon", "check")
-# The reference's toleration effects: tolerate every taint (its issue #305).
+# The reference's toleration effects: tolerate every taint
+# (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/305).
 TOLERATED_EFFECTS: Final = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 RESOURCE_API_VERSION: Final = "resource.k8s.io/v1"
 KIND_RESOURCE_CLAIM_TEMPLATE: Final = "ResourceClaimTemplate"
@@ -63,27 +66,26 @@ def channel_allocation_mode(cd_mode: str | None, host_managed: bool) -> str | No
 # --- labels ------------------------------------------------------------------------------
 
 
-def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
-    """The object's labels ({} when it has none)."""
-    labels = (obj.get("metadata") or {}).get("labels")
-    return dict(labels) if isinstance(labels, Mapping) else {}
+def labels_of(obj: K8sObject) -> dict[str, str]:
+    """The object's labels ({} when it has none), a copy."""
+    labels = obj.metadata.labels
+    return dict(labels) if labels else {}
 
 
-def cd_uid_of(obj: Mapping[str, Any]) -> str | None:
+def cd_uid_of(obj: K8sObject) -> str | None:
     """The ComputeDomain UID an object is labeled with, None when unlabeled."""
-    return labels_of(obj).get(names.LABEL_COMPUTE_DOMAIN)
+    return obj.label(names.LABEL_COMPUTE_DOMAIN)
 
 
-def is_ours(obj: Mapping[str, Any], cd_uid: str, target: str | None = None) -> bool:
+def is_ours(obj: K8sObject, cd_uid: str, target: str | None = None) -> bool:
     """Whether `obj` belongs to this CD (and, for claim templates, to this target).
 
     The reference finds its objects by label, never by name: a same-named object without
     our labels is a user's (or another CD's) and must not be adopted or deleted.
     """
-    labels = labels_of(obj)
-    if labels.get(names.LABEL_COMPUTE_DOMAIN) != cd_uid:
+    if obj.label(names.LABEL_COMPUTE_DOMAIN) != cd_uid:
         return False
-    return target is None or labels.get(names.LABEL_TARGET) == target
+    return target is None or obj.label(names.LABEL_TARGET) == target
 
 
 def cd_label_selector(target: str | None = None) -> str:
@@ -149,27 +151,22 @@ def _claim_template(
     }
 
 
-def _required(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value:
+def _required(value: str | None, what: str) -> str:
+    if not value:
         raise ValueError(f"ComputeDomain has no {what}")
     return value
 
 
-def workload_claim_template(cd: Mapping[str, Any], settings: RenderSettings) -> dict[str, Any]:
+def workload_claim_template(cd: StoredComputeDomain, settings: RenderSettings) -> dict[str, Any]:
     """The channel ResourceClaimTemplate workloads reference, in the CD's namespace.
 
     It goes in the CD namespace because the kubelet plugin refuses claims from any other
     namespace than the CD's. Only channel 0's class is requested; `All` is realized by
     the plugin from the config's allocationMode.
     """
-    meta = cd.get("metadata") or {}
-    cd_uid = _required(meta.get("uid"), "metadata.uid")
-    namespace = _required(meta.get("namespace"), "metadata.namespace")
-    channel = (cd.get("spec") or {}).get("channel") or {}
-    name = _required(
-        (channel.get("resourceClaimTemplate") or {}).get("name"),
-        "spec.channel.resourceClaimTemplate.name",
-    )
+    cd_uid = _required(cd.uid, "metadata.uid")
+    namespace = _required(cd.namespace, "metadata.namespace")
+    name = _required(cd.workload_template_name, "spec.channel.resourceClaimTemplate.name")
     parameters: dict[str, Any] = {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND_CHANNEL_CONFIG,
@@ -177,7 +174,7 @@ def workload_claim_template(cd: Mapping[str, Any], settings: RenderSettings) -> 
     }
     # The reference renders an empty mode as YAML null; we omit the key instead (the
     # config's allocationMode is omitempty, and both read as Single).
-    if mode := channel_allocation_mode(channel.get("allocationMode"), settings.host_managed):
+    if mode := channel_allocation_mode(cd.allocation_mode, settings.host_managed):
         parameters["allocationMode"] = mode
     return _claim_template(
         name,

@@ -1,21 +1,29 @@
-"""ComputeDomain status aggregation, as pure functions over API JSON (reference §4).
+"""ComputeDomain status aggregation, as pure functions: from the parsed cliques, daemon pods
+and status entries to the API JSON of the status to write.
 
 The controller's 2-second sync feeds these with what its caches hold (CDs, daemon pods,
-cliques) and writes back only what changed. Per-node readiness comes from the daemons
-(through their clique entries, or directly in CD status when the cliques gate is off)
-and, for non-fabric nodes, from the daemon pod's Ready condition, which the daemon's
-readiness probe drives.
+cliques) and writes back only what changed. The reference's is cdstatus.go and
+`calculateGlobalStatus` in computedomain.go of
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-controller.
+Per-node readiness comes from the daemons (through their clique entries, or directly in CD
+status when the cliques gate is off) and, for non-fabric nodes, from the daemon pod's Ready
+condition, which the daemon's readiness probe drives.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from api import names
+from api.clique import ComputeDomainClique, ComputeDomainDaemonInfo
+from api.computedomain import ComputeDomainNode
+from api.objects import K8sObject
+from api.pod import Pod
 
 NON_FABRIC_INDEX: Final = -1
 NODE_FIELDS: Final = ("name", "ipAddress", "cliqueID", "index", "status")
+T = TypeVar("T", bound=K8sObject)
 
 
 def global_status(nodes: Iterable[Any], num_nodes: int | None, *, host_managed: bool) -> str:
@@ -49,57 +57,33 @@ def status_body(
 # --- pods ---------------------------------------------------------------------------------
 
 
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    labels = (obj.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, Mapping) else {}
-
-
-def is_non_fabric_pod(pod: Mapping[str, Any]) -> bool:
+def is_non_fabric_pod(pod: Pod) -> bool:
     """A daemon on a node without NVLink fabric: the daemon set its clique label to "".
 
     A pod without the label is still starting and counts as fabric, as in the reference.
     """
-    return _labels(pod).get(names.LABEL_CLIQUE_ID, None) == ""
+    return pod.label(names.LABEL_CLIQUE_ID) == ""
 
 
-def split_pods(
-    pods: Iterable[Mapping[str, Any]],
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+def split_pods(pods: Iterable[Pod]) -> tuple[list[Pod], list[Pod]]:
     """(fabric, non-fabric) daemon pods, by the clique label rule of `is_non_fabric_pod`."""
-    fabric: list[Mapping[str, Any]] = []
-    non_fabric: list[Mapping[str, Any]] = []
+    fabric: list[Pod] = []
+    non_fabric: list[Pod] = []
     for pod in pods:
         (non_fabric if is_non_fabric_pod(pod) else fabric).append(pod)
     return fabric, non_fabric
 
 
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod condition Ready is True."""
-    conditions = (pod.get("status") or {}).get("conditions") or ()
-    return any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in conditions
-    )
-
-
-def pod_node_name(pod: Mapping[str, Any]) -> str:
-    return (pod.get("spec") or {}).get("nodeName") or ""
-
-
-def pod_ip(pod: Mapping[str, Any]) -> str:
-    return (pod.get("status") or {}).get("podIP") or ""
-
-
-def pod_node_names(pods: Iterable[Mapping[str, Any]]) -> set[str]:
+def pod_node_names(pods: Iterable[Pod]) -> set[str]:
     """The nodes that run one of these pods (input of `prune_clique_daemons`)."""
-    return {n for p in pods if (n := pod_node_name(p))}
+    return {n for p in pods if (n := p.node_name)}
 
 
-def group_by_cd(objs: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+def group_by_cd(objs: Iterable[T]) -> dict[str, list[T]]:
     """Objects (pods, cliques) grouped by their CD label value; unlabeled/empty skipped."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+    groups: dict[str, list[T]] = {}
     for obj in objs:
-        if uid := _labels(obj).get(names.LABEL_COMPUTE_DOMAIN):
+        if uid := obj.label(names.LABEL_COMPUTE_DOMAIN):
             groups.setdefault(uid, []).append(obj)
     return groups
 
@@ -107,32 +91,30 @@ def group_by_cd(objs: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str
 # --- status.nodes -------------------------------------------------------------------------
 
 
-def _non_fabric_entries(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _non_fabric_entries(pods: Iterable[Pod]) -> list[dict[str, Any]]:
     """One entry per node with a non-fabric daemon pod that is scheduled and has an IP.
 
     When a node has several (a replaced pod still terminating), the live, ready one wins,
     so the list never holds the same name twice (the API refuses duplicate map keys).
     """
 
-    def preference(pod: Mapping[str, Any]) -> tuple[bool, bool, str]:
-        terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-        name = (pod.get("metadata") or {}).get("name") or ""
-        return terminating, not pod_ready(pod), name
+    def preference(pod: Pod) -> tuple[bool, bool, str]:
+        return pod.deleting, not pod.ready, pod.name
 
-    best: dict[str, Mapping[str, Any]] = {}
+    best: dict[str, Pod] = {}
     for pod in pods:
-        node, ip = pod_node_name(pod), pod_ip(pod)
-        if not node or not ip:
+        node = pod.node_name
+        if not node or not pod.ip:
             continue
         if node not in best or preference(pod) < preference(best[node]):
             best[node] = pod
     return [
         {
             "name": node,
-            "ipAddress": pod_ip(pod),
+            "ipAddress": pod.ip,
             "cliqueID": "",
             "index": NON_FABRIC_INDEX,
-            "status": names.STATUS_READY if pod_ready(pod) else names.STATUS_NOT_READY,
+            "status": names.STATUS_READY if pod.ready else names.STATUS_NOT_READY,
         }
         for node, pod in sorted(best.items())
     ]
@@ -149,20 +131,20 @@ def _unique_names(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _clique_entry(daemon: Mapping[str, Any]) -> dict[str, Any]:
+def _clique_entry(daemon: ComputeDomainDaemonInfo) -> dict[str, Any]:
     entry: dict[str, Any] = {
-        "name": daemon.get("nodeName") or "",
-        "ipAddress": daemon.get("ipAddress") or "",
-        "cliqueID": daemon.get("cliqueID") or "",
-        "index": daemon.get("index") or 0,
+        "name": daemon.node_name,
+        "ipAddress": daemon.ip_address,
+        "cliqueID": daemon.clique_id,
+        "index": daemon.index,
     }
-    if status := daemon.get("status"):  # omitempty, as the reference serializes it
-        entry["status"] = status
+    if daemon.status:  # omitempty, as the reference serializes it
+        entry["status"] = daemon.status
     return entry
 
 
 def nodes_from_cliques(
-    cliques: Iterable[Mapping[str, Any]], daemon_pods: Iterable[Mapping[str, Any]]
+    cliques: Iterable[ComputeDomainClique], daemon_pods: Iterable[Pod]
 ) -> list[dict[str, Any]]:
     """`status.nodes` of one CD with the cliques gate on.
 
@@ -171,7 +153,7 @@ def nodes_from_cliques(
     equal inputs give equal lists.
     """
     from_cliques = sorted(
-        (_clique_entry(d) for c in cliques for d in c.get("daemons") or () if d.get("nodeName")),
+        (_clique_entry(d) for c in cliques for d in c.daemons or () if d.node_name),
         key=lambda e: (e["cliqueID"], e["index"], e["name"]),
     )
     _, non_fabric = split_pods(daemon_pods)
@@ -179,35 +161,42 @@ def nodes_from_cliques(
 
 
 def nodes_legacy(
-    existing: Iterable[Mapping[str, Any]], daemon_pods: Iterable[Mapping[str, Any]]
+    existing: Iterable[ComputeDomainNode], daemon_pods: Iterable[Pod]
 ) -> list[dict[str, Any]]:
     """`status.nodes` of one CD with the cliques gate off.
 
     The daemons write their own fabric entries into CD status; the controller only drops
     those whose IP no fabric daemon pod of the CD holds any more (the pod is gone or was
-    replaced), and rebuilds the non-fabric entries from the pods.
+    replaced), and rebuilds the non-fabric entries from the pods. A kept entry is written
+    back as it was read.
     """
     fabric, non_fabric = split_pods(daemon_pods)
-    fabric_ips = {ip for p in fabric if (ip := pod_ip(p))}
-    kept = [
-        dict(n)
-        for n in existing
-        if n.get("name") and n.get("cliqueID") and n.get("ipAddress") in fabric_ips
-    ]
+    fabric_ips = {ip for p in fabric if (ip := p.ip)}
+    kept = [n.as_read() for n in existing if n.name and n.clique_id and n.ip_address in fabric_ips]
     return _unique_names([*kept, *_non_fabric_entries(non_fabric)])
 
 
-def _comparable(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+def _comparable(entry: ComputeDomainNode | Mapping[str, Any]) -> tuple[Any, ...]:
     # Go zero values: a missing index is 0, a missing string is "".
-    return tuple(entry.get(f) or (0 if f == "index" else "") for f in NODE_FIELDS)
+    if isinstance(entry, ComputeDomainNode):
+        return (entry.name, entry.ip_address, entry.clique_id, entry.index, entry.status or "")
+    get = entry.get  # NODE_FIELDS, spelled out: this runs for every entry of every reconcile
+    return (get("name") or "", get("ipAddress") or "", get("cliqueID") or "",
+            get("index") or 0, get("status") or "")
 
 
-def nodes_equal(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether two `status.nodes` lists say the same thing: compared as maps by name over
-    all five fields, ignoring order (a duplicate name: the last one wins)."""
+def nodes_equal(
+    a: Iterable[ComputeDomainNode | Mapping[str, Any]],
+    b: Iterable[ComputeDomainNode | Mapping[str, Any]],
+) -> bool:
+    """Whether two `status.nodes` lists, each as read (parsed) or as about to be written
+    (JSON), say the same thing: compared as maps by name over all five fields, ignoring
+    order (a duplicate name: the last one wins)."""
 
-    def by_name(nodes: Iterable[Mapping[str, Any]]) -> dict[Any, tuple[Any, ...]]:
-        return {n.get("name"): _comparable(n) for n in nodes}
+    def by_name(
+        nodes: Iterable[ComputeDomainNode | Mapping[str, Any]],
+    ) -> dict[Any, tuple[Any, ...]]:
+        return {(c := _comparable(n))[0]: c for n in nodes}
 
     return by_name(a) == by_name(b)
 
@@ -216,18 +205,18 @@ def nodes_equal(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any]]) 
 
 
 def prune_clique_daemons(
-    clique: Mapping[str, Any], nodes_with_daemon_pods: set[str]
+    clique: ComputeDomainClique, nodes_with_daemon_pods: set[str]
 ) -> list[dict[str, Any]] | None:
-    """The clique's `daemons` without entries for nodes that run no daemon pod, or None
-    when nothing would change (so no update is sent).
+    """The clique's `daemons` (as read) without entries for nodes that run no daemon pod,
+    or None when nothing would change (so no update is sent).
 
     Stricter than the reference: the caller passes the nodes running a daemon pod *of this
     clique's CD*, where the reference keeps an entry while any CD's daemon runs on the node.
     A node carries at most one CD label, so once it moved to another CD, the old CD's entry
     for it would otherwise linger in the old CD's status and IMEX peer list for good.
     """
-    daemons = list(clique.get("daemons") or ())
-    kept = [dict(d) for d in daemons if d.get("nodeName") in nodes_with_daemon_pods]
+    daemons = clique.daemons or []
+    kept = [d for d in daemons if d.node_name in nodes_with_daemon_pods]
     if len(kept) == len(daemons):
         return None
-    return kept
+    return [d.as_read() for d in kept]

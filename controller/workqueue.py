@@ -6,7 +6,9 @@ workers at once (an event during a run marks the key dirty and it runs once more
 and a failing key must retry with growing delays rather than spin. Keys are plain strings
 (e.g. `namespace/name` or a UID) so the handler always re-reads current state.
 
-Differences from client-go (see controller.md §3.3), on purpose:
+Differences from client-go's default controller queue, which the reference controller uses
+(https://github.com/kubernetes/client-go/blob/master/util/workqueue/default_rate_limiters.go),
+on purpose:
 - Several workers (default 4) instead of one; the per-key exclusion keeps that safe.
 - Backoff starts at 0.1 s and caps at 30 s (client-go: 5 ms to 1000 s), with jitter so keys
   that failed together (an API outage) do not retry in lockstep.

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import orjson
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 Obj = dict[str, Any]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes import watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 

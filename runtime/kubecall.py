@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -26,7 +26,9 @@ T = TypeVar("T")
 def api_client(kubeconfig: str) -> client.ApiClient:
     """From a kubeconfig file, or the in-cluster service account when empty."""
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
+        # Untyped in the client; it builds an ApiClient from that file.
+        from_file: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
+        return from_file
     config.load_incluster_config()
     return client.ApiClient()
 

@@ -3,9 +3,11 @@
 Admins keep their Helm value `logVerbosity` (default "4") when they switch from the
 reference driver, so `-v N` / `LOG_VERBOSITY` means what it means to klog: errors, warnings
 and info (V0) are always logged; a "V(n)" message only when the verbosity is at least n.
-The reference documents what each level adds: 1 cleanup and prepare/unprepare
-confirmations and retryable failures, 2 "is a noop" notes and object callbacks, 3 informer
-listing, 6 API and gRPC request/response detail and checkpoint writes, 7 health checks.
+The reference documents what each level adds (its chart's values.yaml, `logVerbosity`:
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/deployments/helm/dra-driver-nvidia-gpu/values.yaml):
+1 cleanup and prepare/unprepare confirmations and retryable failures, 2 "is a noop" notes and
+object callbacks, 3 informer listing, 6 API and gRPC request/response detail and checkpoint
+writes, 7 health checks.
 
 V-levels are Python level numbers between INFO and NOTSET, two apart::
 

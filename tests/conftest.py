@@ -1,4 +1,9 @@
-"""Shared fixtures: a real API emulator on a free port and real clients for it."""
+"""Shared fixtures: a real API emulator on a free port and real clients for it.
+
+Waiting for something in a test: `from eventually import eventually, eventually_async`
+(tests/eventually.py, on sys.path next to this file), and `run_virtual` for asyncio code
+on a virtual clock. No fixed sleep before an assertion.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import eventually  # noqa: F401  (the one poll-until helper: tests/eventually.py)
 import pytest
 import yaml
 

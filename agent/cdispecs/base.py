@@ -1,4 +1,4 @@
-"""The base CDI spec (reference §5.3): what an IMEX daemon container needs from the host driver.
+"""The base CDI spec: what an IMEX daemon container needs from the host driver.
 
 Written once at startup as `k8s.compute-domain.nvidia.com-device_base.yaml` with one
 device, `all`, which every daemon claim references (`…/device=all`). The daemon runs
@@ -9,7 +9,9 @@ gives the NVIDIA device nodes, those two binaries and NVML, and
 Two sources, in order:
 
 * `nvidia-ctk cdi generate --mode=management` when `nvidia-ctk` is on PATH: the same
-  generator (nvcdi, management mode) the reference links in, so the spec matches it.
+  generator (nvcdi, management mode) the reference links in, so the spec matches it
+  (`CreateStandardDeviceSpecFile` in
+  https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/cdi.go).
 * Otherwise, or if the toolkit fails, a builtin spec made from what the driver root
   holds. It is smaller (no ldcache or symlink hooks): exactly what the daemon runs.
 

@@ -1,9 +1,11 @@
-"""Per-claim CDI specs: built and written in Prepare, removed in Unprepare (reference §5.4).
+"""Per-claim CDI specs: built and written in Prepare, removed in Unprepare.
 
 One file `k8s.compute-domain.nvidia.com-claim_<claimUID>.yaml` per claim, with one device
-`<claimUID>-<device>` per prepared device whose group has container edits. Claim UIDs
-come from kubelet and end up in a file name, so anything that is not a plain single path
-component is refused before the filesystem is touched.
+`<claimUID>-<device>` per prepared device whose group has container edits, as the reference's
+`CreateClaimSpecFile` writes it
+(https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/cdi.go).
+Claim UIDs come from kubelet and end up in a file name, so anything that is not a plain
+single path component is refused before the filesystem is touched.
 """
 
 from __future__ import annotations
@@ -107,11 +109,13 @@ def remove_claim_spec(cdi_root: str | os.PathLike[str], claim_uid: str) -> bool:
 
 
 def claim_cdi_ids(claim_uid: str, device_name: str, has_edits: bool, daemon: bool) -> list[str]:
-    """The CDI device IDs returned to kubelet for one prepared device (reference §4.6).
+    """The CDI device IDs returned to kubelet for one prepared device.
 
     Daemon devices first get the base spec's `…/device=all`; any device whose group has
     container edits then gets its own `…/claim=<claimUID>-<device>`. A channel on a
-    non-fabric node (no edits) therefore gets an empty list.
+    non-fabric node (no edits) therefore gets an empty list. The same IDs, in the same
+    order, as the reference's `prepareDevices`
+    (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/device_state.go).
     """
     check_claim_uid(claim_uid)
     ids = []

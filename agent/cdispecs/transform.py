@@ -1,10 +1,12 @@
-"""The host-root transform (reference §5.2): paths seen in the plugin container → host paths.
+"""The host-root transform: paths seen in the plugin container → host paths.
 
 The plugin sees the host's driver installation under the container driver root
 (`/driver-root`); a spec must name host paths, since the runtime reads it on the host.
-This mirrors the NVIDIA container toolkit's host root transformer, with one fix: a
-prefix matches only whole path components, so `/driver-root` does not rewrite
-`/driver-root-old/x` (the toolkit's `strings.HasPrefix` would turn it into `/-old/x`).
+This mirrors the NVIDIA container toolkit's host root transformer, which the reference
+applies to every spec it writes
+(https://github.com/NVIDIA/nvidia-container-toolkit/tree/main/pkg/nvcdi/transform/root),
+with one fix: a prefix matches only whole path components, so `/driver-root` does not
+rewrite `/driver-root-old/x` (the toolkit's `strings.HasPrefix` would turn it into `/-old/x`).
 """
 
 from __future__ import annotations
@@ -115,5 +117,5 @@ class RootTransform:
 
 
 def transform_spec(spec: Spec, container_root: str, host_root: str) -> Spec:
-    """`spec` with host paths moved from `container_root` to `host_root` (§5.2)."""
+    """`spec` with host paths moved from `container_root` to `host_root` (unchanged if equal)."""
     return RootTransform(container_root, host_root).spec(spec)

@@ -53,7 +53,7 @@ def integer(raw: Any, where: str, low: int, high: int) -> int:
     """A Go integer type with range [low, high]; floats and out-of-range values fail."""
     if raw is None:
         return 0
-    if isinstance(raw, bool) or not isinstance(raw, int):
+    if not isinstance(raw, int) or isinstance(raw, bool):
         raise LayoutError(f"{where}: expected an integer, got {_kind(raw)}")
     if not low <= raw <= high:
         raise LayoutError(f"{where}: {raw} is out of range")

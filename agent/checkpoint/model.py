@@ -1,6 +1,7 @@
 """What the checkpoint records about prepared claims, and the questions Prepare asks it.
 
-One entry per claim UID moves through the reference's state machine (§4.7):
+One entry per claim UID moves through the reference's states (`ClaimCheckpointState` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/checkpointv.go):
 (none) -> PrepareStarted -> PrepareCompleted -> (deleted by Unprepare), or
 PrepareStarted -> PrepareAborted (Unprepare before completion) -> (deleted after 90 s).
 The aborted "tombstone" makes a late retry of the same Prepare fail instead of re-creating
@@ -87,7 +88,8 @@ class Checkpoint:
 
     def completed_devices_owned_by_others(self, uid: str) -> dict[str, str]:
         """Device name -> owning claim UID, over every other PrepareCompleted entry's
-        non-admin devices of this driver (from its stored status, §4.2 step 4)."""
+        non-admin devices of this driver (from its stored status): what Prepare's overlap
+        check compares a new claim's devices with."""
         owners: dict[str, str] = {}
         for other in sorted(self.claims):
             entry = self.claims[other]
@@ -99,7 +101,10 @@ class Checkpoint:
 
     def device_overlap(self, uid: str, status: Mapping[str, Any] | None) -> tuple[str, str] | None:
         """The first (device, other claim UID) that claim `uid` with `status` would share
-        without admin access on either side, or None (§7.4)."""
+        without admin access on either side, or None. Entries not PrepareCompleted, the
+        claim itself and other drivers' devices never overlap, as in the reference's
+        `validateNoOverlappingPreparedDevices`
+        (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/device_state.go)."""
         wanted = non_admin_devices(status)
         if not wanted:
             return None
@@ -110,7 +115,9 @@ class Checkpoint:
         return None
 
     def channel_owner(self, channel_id: int, exclude_uid: str | None = None) -> str | None:
-        """The PrepareCompleted claim holding IMEX channel `channel_id`, if any (§4.4, §7.5)."""
+        """The PrepareCompleted claim holding IMEX channel `channel_id`, if any: entries in
+        other states hold no channel, as in the reference's `assertImexChannelNotAllocated`
+        (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/device_state.go)."""
         for uid in sorted(self.claims):
             entry = self.claims[uid]
             if uid == exclude_uid or entry.state != ClaimState.PREPARE_COMPLETED:
@@ -121,7 +128,7 @@ class Checkpoint:
         return None
 
     def expired_tombstones(self, now: datetime, ttl: timedelta = TOMBSTONE_TTL) -> list[str]:
-        """PrepareAborted UIDs aborted at least `ttl` ago, or with no abortedAt (§7.6.6)."""
+        """PrepareAborted UIDs aborted at least `ttl` ago, or with no abortedAt."""
         return sorted(
             uid
             for uid, entry in self.claims.items()
@@ -141,7 +148,7 @@ class Checkpoint:
     # --- transitions ----------------------------------------------------------------------
 
     def start(self, uid: str, *, status: dict[str, Any], name: str, namespace: str) -> ClaimEntry:
-        """Record that Prepare begins (before any side effect, §4.2 step 5)."""
+        """Record that Prepare begins (before any side effect: a crash leaves an entry to undo)."""
         entry = ClaimEntry(ClaimState.PREPARE_STARTED, status, None, name, namespace)
         self.claims[uid] = entry
         return entry
@@ -155,7 +162,7 @@ class Checkpoint:
         name: str,
         namespace: str,
     ) -> ClaimEntry:
-        """Record that Prepare finished (after the last side effect, §4.2 step 8)."""
+        """Record that Prepare finished (after the last side effect, the CDI spec write)."""
         entry = ClaimEntry(ClaimState.PREPARE_COMPLETED, status, prepared, name, namespace)
         self.claims[uid] = entry
         return entry
@@ -169,7 +176,7 @@ class Checkpoint:
         now: datetime,
         status: dict[str, Any] | None = None,
     ) -> ClaimEntry:
-        """Turn an unprepared PrepareStarted entry into a tombstone (§4.9, §7.6.4): devices
+        """Turn an unprepared PrepareStarted entry into a tombstone: devices
         cleared, name/namespace from the Unprepare request, abortedAt = now. `status`
         replaces the stored one when given (a legacy entry whose status was fetched);
         without it, `uid` must have an entry (KeyError otherwise)."""
@@ -182,7 +189,7 @@ class Checkpoint:
         return entry
 
     def delete(self, uid: str) -> bool:
-        """Drop an entry (Unprepare of a completed claim, §7.6.5); False if it was absent."""
+        """Drop an entry (Unprepare of a completed claim); False if it was absent."""
         return self.claims.pop(uid, None) is not None
 
     def delete_expired_tombstones(self, now: datetime, ttl: timedelta = TOMBSTONE_TTL) -> list[str]:
@@ -194,7 +201,9 @@ class Checkpoint:
 
 
 def non_admin_devices(status: Mapping[str, Any] | None) -> set[str]:
-    """Names of this driver's devices allocated without admin access (§7.3).
+    """Names of this driver's devices allocated without admin access (the reference's
+    `requestedNonAdminDevices` in
+    https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/device_state.go).
 
     A status without allocation yields nothing (the reference crashes there).
     """
@@ -220,7 +229,7 @@ def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> boo
     return _semantic(a or {}) == _semantic(b or {})
 
 
-def _semantic(value: Any) -> Any:
+def _semantic(value: object) -> object:
     if isinstance(value, Mapping):
         items = ((key, _semantic(item)) for key, item in value.items())
         return {key: item for key, item in items if item is not None and item != {} and item != []}

@@ -61,11 +61,13 @@ class CheckpointStore:
         vlog(log, 6, "checkpoint file %s updated (%d claims)", self.path, len(cp.claims))
 
     def reconcile_boot_id(self, current_boot_id: str) -> Checkpoint:
-        """The checkpoint valid for this boot, written back when it changed (§4.7).
+        """The checkpoint valid for this boot, written back when it changed.
 
         No file or another boot's file -> a fresh empty checkpoint for this boot (a reboot
         undid every preparation); a file without boot id (older driver) -> keep its claims
         and record this boot; same boot -> as is. A corrupt file raises: fatal at startup.
+        The same rules as the reference's `NewDeviceState`
+        (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/device_state.go).
         """
         if not current_boot_id:
             raise ValueError("current boot id must not be empty")

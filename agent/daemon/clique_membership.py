@@ -1,15 +1,19 @@
 """Clique membership of one IMEX daemon: its entry (node, IP, index, readiness) in the
 ComputeDomainClique `<cdUID>.<cliqueID>`, or, with ComputeDomainCliques=false, in
-`ComputeDomain.status.nodes` (reference daemon.md section 2).
+`ComputeDomain.status.nodes` (legacy_clique_membership.py). The reference daemon keeps the
+same entries in cdclique.go and cdstatus.go of
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-daemon.
 
 The clique is written with JSON patches that touch our own entry only, each guarded by
 `test` operations on the entry's position (its nodeName and IP), not by the object's
 resourceVersion. Peers joining or flipping readiness at the same time therefore never
 conflict: a join costs one write (an append), a readiness change one write, whatever the
 number of peers. A whole-object replace with the resourceVersion, as the reference does,
-makes every concurrent writer but one lose and retry (sigs#816, sigs#1107): at 72 nodes
-that was 5 writes and up to 8 conflicts per join. A failed `test` (our entry moved: a
-peer left before it) is a 422; we re-read and patch again.
+makes every concurrent writer but one lose and retry
+(https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/816,
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1107): at 72 nodes that was
+5 writes and up to 8 conflicts per join. A failed `test` (our entry moved: a peer left
+before it) is a 422; we re-read and patch again.
 
 Two daemons appending at once may pick the same free index. The list order the server
 committed decides, the same for every observer: the entry earlier in the list keeps the
@@ -18,7 +22,7 @@ earlier entry's new index meet a later one's, the later one yields when its watc
 (supervisor.py joins again), so every clique settles with unique indices. Readers
 (supervisor.py) take the first entry of an index meanwhile.
 
-Decisions (where the reference is silent or the brief left a choice):
+Decisions of our own (where the reference is silent or we chose differently):
 
 * The clique is created with our own entry and our pod's ownerReference in it (not empty
   and then updated): one write per joiner instead of two, the creator trivially gets
@@ -53,9 +57,11 @@ from agent.daemon.membership_base import (
     OptimisticWriter,
     deliver_updates,
     entry_index,
+    json_object,
     smallest_free_index,
 )
 from api import names
+from api.objects import K8sObject
 from runtime.informer import Informer
 from runtime.kubecall import call_retrying
 
@@ -98,14 +104,14 @@ class CliqueMembership(OptimisticWriter):
         return names.GROUP, names.VERSION, self.namespace, names.PLURAL_CLIQUES
 
     async def _get(self) -> Obj | None:
-        return await call_retrying(
+        return json_object(await call_retrying(
             self._custom.get_namespaced_custom_object, *self._args(), self.name
-        )
+        ))
 
     async def _put(self, obj: Obj) -> Obj:
-        return await call_retrying(
+        return json_object(await call_retrying(
             self._custom.replace_namespaced_custom_object, *self._args(), self.name, obj
-        )
+        ))
 
     async def _create(self, mutate: Callable[[Obj | None], Obj | None]) -> Obj | None:
         body = mutate(
@@ -124,15 +130,16 @@ class CliqueMembership(OptimisticWriter):
                 "daemons": [],
             }
         )
-        return await call_retrying(
+        return json_object(await call_retrying(
             self._custom.create_namespaced_custom_object, *self._args(), body
-        )
+        ))
 
     def _owner_ref(self) -> Obj:
         return {"apiVersion": "v1", "kind": "Pod", "name": self.pod_name, "uid": self.pod_uid}
 
     def _check_ours(self, obj: Obj) -> None:
-        label = (obj["metadata"].get("labels") or {}).get(names.LABEL_COMPUTE_DOMAIN)
+        # Its metadata parsed: the daemons list stays JSON (see membership_base.Obj).
+        label = K8sObject.from_dict(obj).label(names.LABEL_COMPUTE_DOMAIN)
         if label != self.cd_uid:
             raise MembershipError(
                 f"ComputeDomainClique {self.namespace}/{self.name} carries "
@@ -145,10 +152,10 @@ class CliqueMembership(OptimisticWriter):
     # --- operations --------------------------------------------------------------------
 
     async def _patch(self, ops: list[Obj]) -> Obj:
-        return await call_retrying(
+        return json_object(await call_retrying(
             self._custom.patch_namespaced_custom_object, *self._args(), self.name, ops,
             _content_type=JSON_PATCH,
-        )
+        ))
 
     async def _apply_ops(self, ops: list[Obj]) -> Obj | None:
         """Apply a JSON patch; the object after it, or None when a `test` failed or the
@@ -281,7 +288,7 @@ class CliqueMembership(OptimisticWriter):
         else:
             raise MembershipError(f"gave up after {MAX_ATTEMPTS} conflicting writes")
         assert obj is not None
-        entry = self._own(obj.get("daemons") or [])
+        entry = self._own(_daemons_of(obj))
         assert entry is not None
         self.index = entry_index(entry)
         log.info(
@@ -317,10 +324,11 @@ class CliqueMembership(OptimisticWriter):
         def mutate(obj: Obj | None) -> Obj | None:
             assert obj is not None  # a missing clique is created by _create, not here
             self._check_ours(obj)
-            refs = obj["metadata"].setdefault("ownerReferences", [])
+            refs = obj["metadata"].get("ownerReferences") or []
             if not any(r.get("uid") == self.pod_uid for r in refs):
-                refs.append(self._owner_ref())
-            daemons = obj.get("daemons") or []
+                refs = [*refs, self._owner_ref()]
+            obj["metadata"]["ownerReferences"] = refs
+            daemons = _daemons_of(obj)
             obj["daemons"] = daemons
             entry = self._own(daemons)
             if entry is None:
@@ -337,7 +345,7 @@ class CliqueMembership(OptimisticWriter):
         want = names.STATUS_READY if ready else names.STATUS_NOT_READY
         obj = await self._read()
         for _ in range(MAX_ATTEMPTS):
-            daemons = (obj or {}).get("daemons") or []
+            daemons = _daemons_of(obj)
             position = self._position(daemons)
             if position is None:
                 raise MembershipError(
@@ -358,7 +366,7 @@ class CliqueMembership(OptimisticWriter):
         """Remove our entry (graceful shutdown); a missing clique or entry is fine."""
         obj = await self._read()
         for _ in range(MAX_ATTEMPTS):
-            daemons = (obj or {}).get("daemons") or []
+            daemons = _daemons_of(obj)
             position = self._position(daemons)
             if position is None or (
                 self.ip is not None and daemons[position].get("ipAddress") != self.ip
@@ -373,8 +381,7 @@ class CliqueMembership(OptimisticWriter):
 
     async def peers(self) -> list[Obj]:
         """The clique's daemons as the server has them now (empty if there is no clique)."""
-        obj = await self._read()
-        return list((obj or {}).get("daemons") or [])
+        return _daemons_of(await self._read())
 
     async def watch(self, on_update: OnUpdate) -> None:
         """Call `on_update(daemons)` whenever the clique's daemons list changes, until
@@ -399,4 +406,6 @@ class CliqueMembership(OptimisticWriter):
 
 
 def _daemons_of(obj: Obj | None) -> list[Obj]:
-    return list((obj or {}).get("daemons") or [])
+    """The clique's `daemons` entries (a new list; [] when there are none)."""
+    daemons = obj.get("daemons") if obj is not None else None
+    return list(daemons) if isinstance(daemons, list) else []

@@ -26,7 +26,8 @@ TEMPLATE_LIMIT: Final = 1 << 20  # the shipped template is a few KiB
 SENTINEL: Final = "192.0.2.1"
 
 MARKER_PREFIX: Final = f"# {names.DRIVER_NAME} IMEX peers of ComputeDomain"
-# The reference driver's separator; it appended one more on every rewrite (sigs#1466).
+# The reference driver's separator; it appended one more on every rewrite
+# (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1466).
 REFERENCE_MARKER: Final = "# Compute Domain Daemon mappings"
 _REFERENCE_NAME: Final = re.compile(
     rf"(?<![-\w]){re.escape(names.REFERENCE_DNS_NAME_PREFIX)}\d{{4}}(?![-\w])"
@@ -161,7 +162,7 @@ def render_hosts(
     and drops our own block and the reference driver's `compute-domain-daemon-NNNN` lines
     and separators. Every index 0..max_nodes-1 gets exactly one line; unused slots point at
     `sentinel` so resolving them never reaches cluster DNS, whose answer could belong to
-    another ComputeDomain (sigs#1447).
+    another ComputeDomain (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1447).
     """
     for index, ip in mappings.items():
         if not 0 <= index < max_nodes:

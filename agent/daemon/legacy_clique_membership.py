@@ -1,5 +1,7 @@
 """Our node's membership in `ComputeDomain.status.nodes`, the legacy home of daemon
-entries when the ComputeDomainCliques feature gate is off (reference daemon.md section 2).
+entries when the ComputeDomainCliques feature gate is off (in the reference daemon,
+`ComputeDomainStatusManager` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-daemon/cdstatus.go).
 
 The write protocol (optimistic full updates, fresh re-GET on conflict) and the decisions
 on rejoin and leave are those of `agent.daemon.clique_membership`, whose module docstring has them.
@@ -20,9 +22,12 @@ from agent.daemon.membership_base import (
     OptimisticWriter,
     deliver_updates,
     entry_index,
+    json_object,
     smallest_free_index,
 )
 from api import names
+from api.computedomain import StoredComputeDomain
+from api.objects import K8sObject
 from runtime.informer import Informer
 from runtime.kubecall import call_retrying
 
@@ -87,14 +92,14 @@ class LegacyMembership(OptimisticWriter):
         return names.GROUP, names.VERSION, self.cd_namespace, names.PLURAL_COMPUTE_DOMAINS
 
     async def _get(self) -> Obj | None:
-        return await call_retrying(
+        return json_object(await call_retrying(
             self._custom.get_namespaced_custom_object, *self._args(), self.cd_name
-        )
+        ))
 
     async def _put(self, obj: Obj) -> Obj:
-        return await call_retrying(
+        return json_object(await call_retrying(
             self._custom.replace_namespaced_custom_object_status, *self._args(), self.cd_name, obj
-        )
+        ))
 
     def _where(self) -> str:
         return f"ComputeDomain {self.cd_namespace}/{self.cd_name}"
@@ -103,15 +108,17 @@ class LegacyMembership(OptimisticWriter):
         """The CD if it is ours; a CD recreated under the same name is not."""
         if obj is None:
             raise MembershipError(f"{self._where()} not found")
-        if obj["metadata"].get("uid") != self.cd_uid:
+        uid = _uid(obj)
+        if uid != self.cd_uid:
             raise MembershipError(
-                f"{self._where()} has UID {obj['metadata'].get('uid')!r}, "
-                f"not {self.cd_uid!r} (recreated?)"
+                f"{self._where()} has UID {uid!r}, not {self.cd_uid!r} (recreated?)"
             )
         return obj
 
     @staticmethod
     def _nodes(obj: Obj) -> list[Obj]:
+        """The entries of `obj`, the copy about to be written, made writable in place: its
+        `status` and `status.nodes` created when missing."""
         status = obj.get("status") or {}
         obj["status"] = status
         nodes = status.get("nodes") or []
@@ -151,7 +158,7 @@ class LegacyMembership(OptimisticWriter):
             return None
 
         result = await self._mutate(mutate, create=False)
-        entry = self._own(self._nodes(self._ours(result)))
+        entry = self._own(_entries(self._ours(result)))
         assert entry is not None
         self.index = entry_index(entry)
         log.info(
@@ -182,7 +189,7 @@ class LegacyMembership(OptimisticWriter):
 
     async def leave(self) -> None:
         def mutate(obj: Obj | None) -> Obj | None:
-            if obj is None or obj["metadata"].get("uid") != self.cd_uid:
+            if obj is None or _uid(obj) != self.cd_uid:
                 return None
             keep = _without_own(self._nodes(obj), "name", self.node_name, self.ip)
             if keep is None:
@@ -194,10 +201,9 @@ class LegacyMembership(OptimisticWriter):
         log.info("Successfully removed node with IP %s from %s", self.ip, self._where())
 
     def _same_clique(self, obj: Obj | None) -> list[Obj]:
-        if obj is None or obj["metadata"].get("uid") != self.cd_uid:
+        if obj is None or _uid(obj) != self.cd_uid:
             return []
-        nodes = (obj.get("status") or {}).get("nodes") or []
-        return [n for n in nodes if n.get("cliqueID") == self.clique_id]
+        return [n for n in _entries(obj) if n.get("cliqueID") == self.clique_id]
 
     async def peers(self) -> list[Obj]:
         """Entries of our clique (the CD status holds all cliques of the domain)."""
@@ -238,14 +244,10 @@ class LegacyMembership(OptimisticWriter):
 
             def enough() -> bool:
                 obj = informer.items.get(self.cd_name)
-                if obj is None or obj["metadata"].get("uid") != self.cd_uid:
+                if obj is None or _uid(obj) != self.cd_uid:
                     return False
-                want = (
-                    num_nodes
-                    if num_nodes is not None
-                    else ((obj.get("spec") or {}).get("numNodes", 0))
-                )
-                have = len((obj.get("status") or {}).get("nodes") or [])
+                want = num_nodes if num_nodes is not None else _num_nodes(obj)
+                have = len(_entries(obj))
                 log.debug("numNodes: %s, nodes seen: %s", want, have)
                 return have >= want
 
@@ -253,7 +255,22 @@ class LegacyMembership(OptimisticWriter):
                 raise TimeoutError(
                     f"{self._where()}: fewer than the expected nodes joined within {timeout} s"
                 )
-            obj = informer.items[self.cd_name]
-            return list((obj.get("status") or {}).get("nodes") or [])
+            return _entries(informer.items[self.cd_name])
         finally:
             informer.stop()
+
+
+def _uid(cd: Obj) -> str | None:
+    return K8sObject.from_dict(cd).metadata.uid
+
+
+def _num_nodes(cd: Obj) -> int:
+    """spec.numNodes (0 when unset); the spec parsed, the status left as JSON."""
+    return StoredComputeDomain.from_dict({k: v for k, v in cd.items() if k != "status"}).num_nodes
+
+
+def _entries(cd: Obj) -> list[Obj]:
+    """status.nodes as the JSON holds them (a new list; [] without any), not changing `cd`."""
+    status = cd.get("status")
+    nodes = status.get("nodes") if isinstance(status, dict) else None
+    return list(nodes) if isinstance(nodes, list) else []

@@ -20,6 +20,11 @@ from api import names
 from runtime.informer import Informer
 from runtime.kubecall import status_of
 
+# A clique or ComputeDomain, or one daemon's entry in it, as the API's JSON: the write
+# protocol below patches and replaces the JSON itself, and peers' entries (anyone with
+# write access to the object may write them) are checked one by one where they are used
+# (supervisor.py `_usable`), so one malformed entry never stops a daemon from following
+# its peers, as a parse of the whole object would.
 Obj = dict[str, Any]
 OnUpdate = Callable[[list[Obj]], Awaitable[None]]
 
@@ -31,6 +36,13 @@ MAX_ATTEMPTS = 200
 
 class MembershipError(RuntimeError):
     """The entry cannot be written (the object is not ours, or retries ran out)."""
+
+
+def json_object(value: object) -> Obj:
+    """An API response that is a JSON object (the custom objects client returns `object`)."""
+    if not isinstance(value, dict):
+        raise MembershipError(f"the API server sent {type(value).__name__}, not an object")
+    return value
 
 
 class CliqueFullError(MembershipError):

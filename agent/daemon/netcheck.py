@@ -1,8 +1,9 @@
 """Startup check that POD_IP really is an address of this network namespace.
 
 IMEX finds itself in the nodes config by matching its own addresses; with a wrong POD_IP
-(no hostNetwork, a stale downward-API value) it never does and waits for quorum forever
-(sigs#289). Asking the kernel turns that silent hang into one clear startup error.
+(no hostNetwork, a stale downward-API value) it never does and waits for quorum forever:
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/289.
+Asking the kernel turns that silent hang into one clear startup error.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ class NotLocalError(NetcheckError):
 def _not_local(ip: str, detail: str) -> NotLocalError:
     return NotLocalError(
         f"the pod IP {ip} is not an address of this host/pod network namespace ({detail}): "
-        "IMEX would not find itself in the nodes config (sigs#289); check hostNetwork/POD_IP"
+        "IMEX would not find itself in the nodes config "
+        "(https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/289); "
+        "check hostNetwork/POD_IP"
     )
 
 

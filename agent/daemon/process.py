@@ -1,5 +1,7 @@
-"""Supervise the `nvidia-imex -c <config>` child of the daemon (reference daemon.md §5, fixed).
+"""Supervise the `nvidia-imex -c <config>` child of the daemon (the reference's way, fixed).
 
+The reference's supervisor is `ProcessManager` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-daemon/process.go.
 What we do differently from the reference, and why:
 
 * A crashed child is restarted after a capped exponential backoff with jitter, not once a
@@ -11,7 +13,8 @@ What we do differently from the reference, and why:
 * Child stdout/stderr go through our logger line by line, prefixed, so IMEX output is in the
   container log in our format; the pipes are drained to EOF before an exit is reported.
 * A leftover `nvidia-imex` from a previous run of this container that still listens on our
-  ports (sigs#654) can be found and ended (`find_stray` / `kill_stray`) before we start ours.
+  ports (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/654) can be found and
+  ended (`find_stray` / `kill_stray`) before we start ours.
 
 How the child is started is an `ImexLauncher` (default: `SubprocessLauncher`, a real process
 in its own process group). The simulated cluster at scale passes one that runs the fake IMEX
@@ -375,7 +378,7 @@ class ImexProcess:
         """Backoff before the next start, given how long the last child ran."""
         if ran >= self.stable_after:
             self._failures = 0
-        nominal = min(self.backoff_max, self.backoff_base * 2**self._failures)
+        nominal = min(self.backoff_max, self.backoff_base * 2.0**self._failures)
         self._failures = min(self._failures + 1, 62)  # keep 2**n a sane float
         return nominal * (1.0 - _JITTER * self._rng.random())
 
@@ -434,7 +437,8 @@ class ImexProcess:
             await asyncio.gather(child.watcher, return_exceptions=True)
 
 
-# --- strays from a previous run (sigs#654) ---------------------------------------------------
+# --- strays from a previous run ------------------------------------------------------------
+# https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/654
 
 
 def _is_named(proc: psutil.Process, binary_name: str) -> bool:

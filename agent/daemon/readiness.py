@@ -1,11 +1,12 @@
-"""Is the local IMEX daemon READY? (reference daemon.md §6)
+"""Is the local IMEX daemon READY?
 
 `nvidia-imex-ctl -c <config> -q` asks the local daemon's command service for its state and
 prints one word (`READY` once it has joined its domain). The reference only learns this
-through the pod's probes and then copies pod readiness into the clique entry, up to a
-readiness-probe period late. `ReadinessPoller` lets the daemon flip its entry the moment the
-state changes; `check_main` keeps the `check` subcommand for the probes, with the same exact
-`READY` test.
+through the pod's probes (its `check` subcommand) and then copies pod readiness into the
+clique entry (its PodManager), up to a readiness-probe period late:
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-daemon.
+`ReadinessPoller` lets the daemon flip its entry the moment the state changes; `check_main`
+keeps the `check` subcommand for the probes, with the same exact `READY` test.
 
 How `nvidia-imex-ctl` is run is a `CtlRunner` (default `run_subprocess`, the real program):
 the simulated cluster at scale answers in-process instead of starting hundreds of processes

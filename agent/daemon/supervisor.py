@@ -2,7 +2,8 @@
 
 Built from an identity, an API client and paths, with no pod-only assumptions, so the same
 component can run in the per-domain daemon pod (`compute-domain-agent daemon run`) or,
-later, inside the node agent. The flow (reference daemon.md, with our fixes):
+later, inside the node agent. The flow (the reference daemon's `run`, with our fixes;
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-daemon/main.go):
 
 1. label our pod with the clique ID; an empty clique ID means a non-fabric node: no IMEX;
 2. check that the pod IP is local, write the IMEX config and the static nodes config;

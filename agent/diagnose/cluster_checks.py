@@ -13,6 +13,7 @@ from agent.diagnose.facts import (
     CONTROLLER_DEPLOYMENT,
     CRD_PATH,
     Facts,
+    Obj,
     labels,
     md,
     parse_time,
@@ -200,7 +201,7 @@ def _kubelet_says_unregistered(facts: Facts, node: str) -> str:
     return ""
 
 
-def _running(pod: dict) -> bool:
+def _running(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
 
@@ -242,7 +243,7 @@ def reconciliation(facts: Facts, grace: float) -> Boundary:
     return b
 
 
-def _condition_cause(facts: Facts, cond: dict) -> str:
+def _condition_cause(facts: Facts, cond: Obj) -> str:
     if cond.get("reason") == "TemplateNameTaken":
         return (f"the ResourceClaimTemplate name {facts.template_name!r} is taken by another "
                 f"object: {cond.get('message')}")
@@ -268,7 +269,7 @@ def _template(facts: Facts, b: Boundary, age: float, grace: float) -> None:
     b.see(f"workload ResourceClaimTemplate {ns}/{name}: created for this domain")
 
 
-def _owner_text(obj: dict) -> str:
+def _owner_text(obj: Obj) -> str:
     owner = labels(obj).get(names.LABEL_COMPUTE_DOMAIN)
     if owner:
         return f"labelled for ComputeDomain {owner}"
@@ -311,7 +312,7 @@ def allocation(facts: Facts, grace: float) -> Boundary:
     return b
 
 
-def _pod_allocation(facts: Facts, pod: dict, b: Boundary, grace: float) -> None:
+def _pod_allocation(facts: Facts, pod: Obj, b: Boundary, grace: float) -> None:
     ns, name = facts.namespace, md(pod)["name"]
     age = facts.age(pod)
     describe = f"kubectl -n {ns} describe pod {name}"

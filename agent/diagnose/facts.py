@@ -143,7 +143,8 @@ class Facts:
     def daemon_pod_on(self, node: str) -> Obj | None:
         pods = [p for p in self.daemon_pods if (p.get("spec") or {}).get("nodeName") == node]
         live = [p for p in pods if not md(p).get("deletionTimestamp")]
-        return (live or pods or [None])[0]
+        chosen = live or pods
+        return chosen[0] if chosen else None
 
     def node_clique(self, node: str) -> str:
         """The node's NVLink clique ID as the agent labelled it ('' for none)."""

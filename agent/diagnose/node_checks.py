@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from agent.diagnose.cluster_checks import PREPARE_FAILED, by_age, target_nodes
-from agent.diagnose.facts import CONTROLLER_DEPLOYMENT, Facts, labels, md, parse_time
+from agent.diagnose.facts import CONTROLLER_DEPLOYMENT, Facts, Obj, labels, md, parse_time
 from agent.diagnose.report import BROKEN, SKIPPED, WAITING, Boundary
 from api import names
 
@@ -29,7 +29,7 @@ def bootstrap(facts: Facts, grace: float) -> Boundary:
     return b
 
 
-def _pods_on(facts: Facts, node: str) -> list[dict]:
+def _pods_on(facts: Facts, node: str) -> list[Obj]:
     return [p for p in facts.pods if (p.get("spec") or {}).get("nodeName") == node]
 
 
@@ -70,7 +70,7 @@ def _node(facts: Facts, node: str, b: Boundary, grace: float) -> None:
     _clique_entry(facts, node, pod, b, grace)
 
 
-def _container_text(pod: dict) -> tuple[str, int, bool]:
+def _container_text(pod: Obj) -> tuple[str, int, bool]:
     """(state, restarts, ready) of the daemon container."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
         if cs.get("name") != names.DAEMON_CONTAINER_NAME:
@@ -87,7 +87,7 @@ def _container_text(pod: dict) -> tuple[str, int, bool]:
     return "not started", 0, False
 
 
-def _daemon_pod(facts: Facts, node: str, pod: dict, b: Boundary, grace: float) -> None:
+def _daemon_pod(facts: Facts, node: str, pod: Obj, b: Boundary, grace: float) -> None:
     ns, name = facts.driver_namespace, md(pod)["name"]
     phase = (pod.get("status") or {}).get("phase") or "Pending"
     state, restarts, ready = _container_text(pod)
@@ -106,7 +106,7 @@ def _daemon_pod(facts: Facts, node: str, pod: dict, b: Boundary, grace: float) -
                f"kubectl -n {ns} describe pod {name}")
 
 
-def _clique_entry(facts: Facts, node: str, pod: dict, b: Boundary, grace: float) -> None:
+def _clique_entry(facts: Facts, node: str, pod: Obj, b: Boundary, grace: float) -> None:
     ns, name = facts.driver_namespace, md(pod)["name"]
     clique, entry = facts.clique_entry(node)
     clique_name = md(clique).get("name") or names.clique_object_name(
@@ -178,7 +178,7 @@ def injection(facts: Facts, grace: float, sim_root: Path | None = None) -> Bound
     return b
 
 
-def _expected_ids(claim: dict) -> list[str]:
+def _expected_ids(claim: Obj) -> list[str]:
     uid = md(claim).get("uid") or ""
     results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}) \
         .get("results") or ()
@@ -186,7 +186,7 @@ def _expected_ids(claim: dict) -> list[str]:
             for r in results if r.get("driver") == names.DRIVER_NAME]
 
 
-def _inject(facts: Facts, pod: dict, b: Boundary, grace: float, sim_root: Path | None) -> None:
+def _inject(facts: Facts, pod: Obj, b: Boundary, grace: float, sim_root: Path | None) -> None:
     ns, name = facts.namespace, md(pod)["name"]
     node = str((pod.get("spec") or {}).get("nodeName"))
     describe = f"kubectl -n {ns} describe pod {name}"
@@ -231,7 +231,7 @@ def _inject(facts: Facts, pod: dict, b: Boundary, grace: float, sim_root: Path |
            f"fails: {message}", describe)
 
 
-def _sim_view(facts: Facts, pod: dict, node: str, b: Boundary, sim_root: Path) -> None:
+def _sim_view(facts: Facts, pod: Obj, node: str, b: Boundary, sim_root: Path) -> None:
     """In the simulated cluster: the container view the node's kubelet published."""
     pod_dir = sim_root / "nodes" / node / "pods" / f"{facts.namespace}_{md(pod)['name']}"
     for container in (pod.get("spec") or {}).get("containers") or ():

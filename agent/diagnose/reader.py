@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from runtime.kubecall import error_text
 
@@ -44,23 +44,26 @@ class Reader:
             raise ReadError(f"cannot reach the API server: {error_text(err)}") from None
         if status == 404:
             return None
-        return json.loads(data or b"null")
+        found: Obj | None = json.loads(data or b"null")  # an object, or `null`
+        return found
 
     def _send(self, path: str, query: list[tuple[str, str]]) -> tuple[int, bytes]:
         headers = {"Accept": "application/json"}
         api = self._api
         if not hasattr(api, "param_serialize"):  # the older (python-legacy) client
-            response = api.call_api(path, "GET", query_params=query, header_params=headers,
-                                    auth_settings=["BearerToken"], _preload_content=False,
-                                    _return_http_data_only=True, _request_timeout=_TIMEOUT_S)
-            return response.status, response.data
+            # Typed against the installed client, whose call_api takes other arguments.
+            legacy: Any = api
+            old = legacy.call_api(path, "GET", query_params=query, header_params=headers,
+                                  auth_settings=["BearerToken"], _preload_content=False,
+                                  _return_http_data_only=True, _request_timeout=_TIMEOUT_S)
+            return old.status, old.data
         request = api.param_serialize(method="GET", resource_path=path, query_params=query,
                                       header_params=headers, auth_settings=["BearerToken"])
         response = api.call_api(*request, _request_timeout=_TIMEOUT_S)
-        response.read()
+        data: bytes = response.read()  # the body, also kept as `response.data`
         if not 200 <= response.status <= 299 and response.status != 404:
             raise ApiException.from_response(http_resp=response, body=None, data=None)
-        return response.status, response.data
+        return response.status, data
 
     def get(self, path: str) -> Obj | None:
         return self._get(path)

@@ -78,7 +78,7 @@ class _Doc:
         return value
 
     def uint32(self, value: Any, field: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= UINT32_MAX:
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= UINT32_MAX:
             raise self.fail(field, f"expected an integer in 0..{UINT32_MAX}, got {_show(value)}")
         return value
 
@@ -95,7 +95,7 @@ class _Doc:
     def state(self, value: Any, field: str) -> int:
         if isinstance(value, str) and value in FabricState.__members__:
             return int(FabricState[value])
-        if not isinstance(value, bool) and isinstance(value, int) and value in set(FabricState):
+        if isinstance(value, int) and not isinstance(value, bool) and value in set(FabricState):
             return value
         choices = ", ".join(FabricState.__members__)
         raise self.fail(field, f"expected one of {choices} or 0-3, got {_show(value)}")
@@ -193,11 +193,11 @@ def _fabric_json(fabric: FabricInfo | NvmlFailure | None) -> Any:
     if isinstance(fabric, NvmlFailure):
         return {"error": return_code_name(fabric.code)}
     state: int | str = fabric.state
-    if state in set(FabricState):
-        state = FabricState(state).name
+    if fabric.state in set(FabricState):
+        state = FabricState(fabric.state).name
     status: int | str = fabric.status
-    if status in RETURN_CODES.values():
-        status = return_code_name(status)
+    if fabric.status in RETURN_CODES.values():
+        status = return_code_name(fabric.status)
     return {
         "clusterUuid": fabric.cluster_uuid_text,
         "cliqueId": fabric.clique_id,

@@ -144,7 +144,9 @@ def clique_id(
     fm_partitioning: bool = False,
     single_node_nvlink: bool = False,
 ) -> str:
-    """Read the GPUs from `source` and work out the clique ID (reference §2.4).
+    """Read the GPUs from `source` and work out the clique ID with the reference's rules
+    (`getCliqueIDStrict` / `getCliqueIDLegacy` in
+    https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/nvlib.go).
 
     `strict` is gate CrashOnNVLinkFabricErrors; `fm_partitioning` is gate
     FabricManagerPartitioning and `single_node_nvlink` the node's detection result.

@@ -21,7 +21,7 @@ NVML_ERROR_NOT_SUPPORTED: Final = pynvml.NVML_ERROR_NOT_SUPPORTED
 UINT32_MAX: Final = 2**32 - 1
 
 # NVML return codes by name (`NVML_SUCCESS`, `NVML_ERROR_UNKNOWN`, ...), from the bindings.
-RETURN_CODES: Final = MappingProxyType(
+RETURN_CODES: Final[MappingProxyType[str, int]] = MappingProxyType(
     {
         attr: getattr(pynvml, attr)
         for attr in dir(pynvml)

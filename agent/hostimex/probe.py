@@ -1,8 +1,10 @@
-"""Is the host's own nvidia-imex daemon ready? (reference §4.8, with the READY test fixed)
+"""Is the host's own nvidia-imex daemon ready? (the reference's probe, READY test fixed)
 
 In host-managed IMEX mode the node runs `nvidia-imex.service` itself and the plugin only
 checks it before handing out a channel: `nvidia-imex-ctl -q` over the daemon's
 command socket prints `READY` once the daemon has joined its domain. The reference
+(`checkHostIMEXReady` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/nvlib.go)
 accepts any output *containing* `READY`, which includes `NOT_READY`; we require a line
 that is exactly `READY`, as the CD daemon does.
 """

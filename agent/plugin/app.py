@@ -1,9 +1,10 @@
 """`compute-domain-agent plugin`: start-up order, the running services, graceful stop.
 
-Start-up follows the reference (kubelet-plugin.md §1.2): validate, discover the node,
-write the base CDI spec, open the checkpoint, sync the caches, serve DRA, then register
-with kubelet, then publish the ResourceSlice. Any failure before serving is one line that
-says what to fix, and the process exits non-zero.
+Start-up follows the reference's order (main.go and `NewDriver` in driver.go of
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-kubelet-plugin):
+validate, discover the node, write the base CDI spec, open the checkpoint, sync the caches,
+serve DRA, then register with kubelet, then publish the ResourceSlice. Any failure before
+serving is one line that says what to fix, and the process exits non-zero.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class PluginApp:
         channels = ImexChannels.from_proc_devices(cfg.proc_devices)
         source = _nvml_source(cfg)
         fm = cfg.gates.enabled(featuregates.FABRIC_MANAGER_PARTITIONING)
-        self.clique = clique_mod.CliqueTracker.start(functools.partial(
+        self.clique = tracker = clique_mod.CliqueTracker.start(functools.partial(
             clique_mod.clique_id, source,
             strict=cfg.gates.enabled(featuregates.CRASH_ON_NVLINK_FABRIC_ERRORS),
             fm_partitioning=fm,
@@ -139,7 +140,7 @@ class PluginApp:
         settings = DriverSettings(
             node_name=cfg.node_name, host_managed=cfg.host_managed,
             prepare_window_s=cfg.prepare_window_s, domains_dir=cfg.domains_dir,
-            imexd_template=imexd_template(), clique_id=lambda: self.clique.value,
+            imexd_template=imexd_template(), clique_id=lambda: tracker.value,
             host_probe=edits.host_probe() if cfg.host_managed else None,
             namespace=cfg.namespace)
         self.metrics = PluginMetrics(cfg.node_name)

@@ -21,6 +21,7 @@ from agent.hostimex.probe import HostImexProbe
 from agent.plugin.claim_errors import PermanentError, RetryableError
 from agent.plugin.config import PluginConfig
 from api import names
+from api.computedomain import StoredComputeDomain
 from cdi import ContainerEdits
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,9 @@ class CdiEdits:
     def channel_edits(self, channels: range | list[int]) -> ContainerEdits:
         return cdispecs.channel_edits(self._channels.major, channels)
 
-    def daemon_edits(self, cd: dict[str, Any], clique_id: str) -> ContainerEdits:
-        md = cd.get("metadata") or {}
+    def daemon_edits(self, cd: StoredComputeDomain | None, clique_id: str) -> ContainerEdits:
+        """`cd` None (not known): its identity is left empty."""
+        uid, name, namespace = (cd.uid, cd.name, cd.namespace) if cd is not None else ("", "", "")
         cap = None
         if clique_id:
             try:
@@ -50,10 +52,10 @@ class CdiEdits:
                 raise RetryableError(str(err)) from None
         return cdispecs.daemon_edits(
             clique_id,
-            md.get("uid", ""),
-            md.get("name", ""),
-            md.get("namespace", ""),
-            self._cfg.domains_dir / md.get("uid", ""),
+            uid,
+            name,
+            namespace,
+            self._cfg.domains_dir / uid,
             cap,
         )
 

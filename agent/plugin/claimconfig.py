@@ -1,5 +1,7 @@
-"""Which opaque config applies to which allocated device of a claim (reference §4.3).
+"""Which opaque config applies to which allocated device of a claim.
 
+The reference's rules are `GetOpaqueDeviceConfigs` and `getConfigResultsMap` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/device_state.go.
 Configs come from the DeviceClass (lowest precedence) and the claim (highest); each of our
 devices takes the highest-precedence config that names its request, or failing that one
 that names no request. Decoding is strict and validates every value before anything is
@@ -9,11 +11,11 @@ written anywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from agent.plugin.claim_errors import PermanentError
 from api import names
 from api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig, decode_config
+from api.resourceclaim import AllocationResult, DeviceRequestAllocationResult
 from api.validation_error import ValidationError
 
 OpaqueConfig = ComputeDomainChannelConfig | ComputeDomainDaemonConfig
@@ -50,7 +52,7 @@ class Group:
     """Allocation results that share one config object."""
 
     config: OpaqueConfig
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[DeviceRequestAllocationResult] = field(default_factory=list)
 
     @property
     def is_channel(self) -> bool:
@@ -58,26 +60,25 @@ class Group:
 
 
 def _opaque_configs(
-    allocation: dict[str, Any], strict: bool = True
+    allocation: AllocationResult, strict: bool = True
 ) -> list[tuple[list[str], OpaqueConfig]]:
-    configs = (allocation.get("devices") or {}).get("config") or []
     by_source: dict[str, list[tuple[list[str], OpaqueConfig]]] = {"FromClass": [],
                                                                    "FromClaim": []}
-    for entry in configs:
-        source = entry.get("source")
-        if source not in by_source:
+    for entry in allocation.config:
+        source = entry.source
+        if source is None or source not in by_source:
             raise PermanentError(f"invalid config source {source!r}: expected FromClass or "
                                  "FromClaim")
-        opaque = entry.get("opaque")
-        if not opaque:
+        opaque = entry.opaque
+        if opaque is None or opaque.is_empty:
             raise PermanentError("only opaque parameters are supported by this driver")
-        if opaque.get("driver") != names.DRIVER_NAME:
+        if opaque.driver != names.DRIVER_NAME:
             continue
         try:
-            config = decode_config(opaque.get("parameters"), strict=strict)
+            config = decode_config(opaque.parameters, strict=strict)
         except ValidationError as err:
             raise PermanentError(f"error decoding config parameters: {err}") from None
-        by_source[source].append((list(entry.get("requests") or []), config))
+        by_source[source].append((list(entry.requests or ()), config))
     return by_source["FromClass"] + by_source["FromClaim"]
 
 
@@ -87,7 +88,7 @@ def _fits(config: OpaqueConfig, device: Device) -> bool:
     return device.kind == names.DEVICE_TYPE_DAEMON
 
 
-def groups_for(allocation: dict[str, Any], *, strict: bool = True) -> list[Group]:
+def groups_for(allocation: AllocationResult, *, strict: bool = True) -> list[Group]:
     """Group this driver's allocated devices by config; PermanentError for anything invalid.
 
     A device with no config of ours at all is an error that says how to fix it: the
@@ -95,13 +96,13 @@ def groups_for(allocation: dict[str, Any], *, strict: bool = True) -> list[Group
     """
     configs = _opaque_configs(allocation, strict)
     groups: dict[int, Group] = {}
-    for result in (allocation.get("devices") or {}).get("results") or []:
-        if result.get("driver") != names.DRIVER_NAME:
+    for result in allocation.results:
+        if result.driver != names.DRIVER_NAME:
             continue
-        device = parse_device(str(result.get("device", "")))
+        device = parse_device(result.device or "")
         if device is None:
-            raise PermanentError(f"requested device is not allocatable: {result.get('device')}")
-        request = result.get("request", "")
+            raise PermanentError(f"requested device is not allocatable: {result.device}")
+        request = result.request or ""
         chosen: OpaqueConfig | None = None
         for requests, config in reversed(configs):
             if request in requests:

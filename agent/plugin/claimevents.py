@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from agent.plugin.claim_errors import HostNotReadyError, NotReadyError
 from api import names
+from api.resourceclaim import ResourceClaim
 from runtime.events import TYPE_NORMAL, TYPE_WARNING, EventRecorder, pod_ref
 
 log = logging.getLogger(__name__)
@@ -39,16 +39,10 @@ def wait_reason(err: BaseException) -> str | None:
     return None
 
 
-def reserving_pods(claim: dict[str, Any]) -> list[dict[str, str]]:
+def reserving_pods(claim: ResourceClaim) -> list[dict[str, str]]:
     """involvedObjects for the pods in the claim's status.reservedFor."""
-    meta = claim.get("metadata") or {}
-    namespace = meta.get("namespace") or ""
-    pods = []
-    for consumer in (claim.get("status") or {}).get("reservedFor") or ():
-        if consumer.get("resource") == "pods" and not consumer.get("apiGroup") and \
-                consumer.get("name"):
-            pods.append(pod_ref(consumer["name"], namespace, consumer.get("uid") or ""))
-    return pods
+    return [pod_ref(c.name, claim.namespace, c.uid or "") for c in claim.reserved_for
+            if c.resource == "pods" and not c.api_group and c.name]
 
 
 class ClaimEvents:
@@ -56,7 +50,7 @@ class ClaimEvents:
         self._recorder = recorder
         self._node = node_name
 
-    def waiting(self, claim: dict[str, Any], err: BaseException) -> None:
+    def waiting(self, claim: ResourceClaim, err: BaseException) -> None:
         """A workload claim waits for IMEX (this node's daemon, or the host's).
 
         Waiting for this node's daemon is part of every bring-up (the daemon is scheduled
@@ -67,15 +61,15 @@ class ClaimEvents:
             normal = reason == names.EVENT_CHANNEL_WAITING
             self._record(claim, reason, str(err), TYPE_NORMAL if normal else TYPE_WARNING)
 
-    def failed(self, claim: dict[str, Any], error: str) -> None:
+    def failed(self, claim: ResourceClaim, error: str) -> None:
         """The error that goes back to kubelet (permanent, or retryable and still failing)."""
         self._record(claim, names.EVENT_PREPARE_FAILED, error, TYPE_WARNING)
 
-    def prepared(self, claim: dict[str, Any], outcomes: Iterable[ChannelOutcome]) -> None:
+    def prepared(self, claim: ResourceClaim, outcomes: Iterable[ChannelOutcome]) -> None:
         """A channel claim's first successful Prepare: what it gave the pod, or that it
         gave none (the reference succeeds silently there)."""
         outcomes = list(outcomes)
-        uid = (claim.get("metadata") or {}).get("uid") or ""
+        uid = claim.uid
         with_channel = [o for o in outcomes if o.cdi_ids]
         without = [o for o in outcomes if not o.cdi_ids]
         if with_channel:
@@ -91,11 +85,11 @@ class ClaimEvents:
                        "without Multi-Node NVLink (MNNVL)")
             self._record(claim, names.EVENT_NO_CHANNEL, message, TYPE_WARNING, key=uid)
 
-    def _record(self, claim: dict[str, Any], reason: str, message: str, type_: str, *,
+    def _record(self, claim: ResourceClaim, reason: str, message: str, type_: str, *,
                 key: str = "") -> None:
         pods = reserving_pods(claim)
         if not pods:
             log.debug("no pod reserves claim %s: no %s event",
-                      (claim.get("metadata") or {}).get("name"), reason)
+                      claim.metadata.name, reason)
         for pod in pods:
             self._recorder.record(pod, reason, message, type_, key=key)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
@@ -25,6 +26,11 @@ from agent.plugin.domains import DomainDirectory
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.nodeops import NodeOps
 from api import names
+from api.clique import ComputeDomainClique
+from api.computedomain import ComputeDomainNode, StoredComputeDomain
+from api.objects import K8sObject, ParsedCache
+from api.pod import Pod
+from api.resourceclaim import ResourceClaim
 from runtime.corev1 import CoreV1
 from runtime.draclient import DraApi
 from runtime.informer import Informer
@@ -34,8 +40,8 @@ from runtime.kubecall import call
 FOLLOW_GRACE_S = 10.0
 
 
-def _name(obj: dict[str, Any]) -> str:
-    return obj["metadata"]["name"]
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
 
 
 class ClusterView:
@@ -51,6 +57,11 @@ class ClusterView:
         # This node alone (field selector): the label keeper repairs on its changes.
         self.node_object = Informer(self._loop, CoreV1(api).list_node, _name, "node",
                                     {"field_selector": f"metadata.name={node_name}"})
+        # The watched objects parsed once per version: a waiting Prepare reads them on
+        # every wake-up.
+        self._nodes = ParsedCache(K8sObject)
+        self._cliques = ParsedCache(ComputeDomainClique)
+        self._cds = ParsedCache(StoredComputeDomain)
         # cd uid -> the watch of what tells this node's readiness in that domain, and the
         # loop time it was last asked for (a watch nobody waits on ends after a grace).
         self._followed: dict[str, Informer] = {}
@@ -108,14 +119,13 @@ class ClusterView:
                 cd = self.domains.get(cd_uid)
                 if cd is None:
                     return
-                md = cd["metadata"]
                 informer = Informer(
                     self._loop, self._custom.list_namespaced_custom_object, _name,
-                    f"computedomain-{md.get('name')}",
+                    f"computedomain-{cd.name}",
                     {"group": names.GROUP, "version": names.VERSION,
-                     "namespace": md.get("namespace", ""),
+                     "namespace": cd.namespace,
                      "plural": names.PLURAL_COMPUTE_DOMAINS,
-                     "field_selector": f"metadata.name={md.get('name')}"},
+                     "field_selector": f"metadata.name={cd.name}"},
                     on_change=self._bump)
             self._followed[cd_uid] = informer
             informer.start()
@@ -150,38 +160,39 @@ class ClusterView:
     def followed(self) -> list[str]:
         return list(self._followed)
 
-    def _clique(self, cd_uid: str, clique_id: str) -> dict[str, Any] | None:
+    def _clique(self, cd_uid: str, clique_id: str) -> ComputeDomainClique | None:
         informer = self._followed.get(cd_uid)
         if informer is None or not clique_id:
             return None
-        return informer.items.get(names.clique_object_name(cd_uid, clique_id))
+        return self._cliques.get(informer.items, names.clique_object_name(cd_uid, clique_id))
 
-    def _status_nodes(self, cd_uid: str) -> list[dict[str, Any]]:
+    def _status_node(self, cd_uid: str) -> ComputeDomainNode | None:
+        """This node's entry in the followed ComputeDomain's status.nodes."""
         informer = self._followed.get(cd_uid)
         if informer is None:
-            return []
-        for cd in informer.items.values():
-            if (cd.get("metadata") or {}).get("uid") == cd_uid:
-                return list((cd.get("status") or {}).get("nodes") or ())
-        return []
+            return None
+        for name in informer.items:
+            cd = self._cds.get(informer.items, name)
+            if cd is not None and cd.uid == cd_uid:
+                return cd.status.node(self._node_name) if cd.status else None
+        return None
 
     # --- the driver's Cluster protocol ---------------------------------------------------
 
-    async def fetch_claim(self, ref: ClaimRef) -> dict[str, Any]:
+    async def fetch_claim(self, ref: ClaimRef) -> ResourceClaim:
         return await self.node.fetch_claim(ref)
 
     async def claim_status(self, ref: ClaimRef) -> dict[str, Any]:
         return await self.node.claim_status(ref)
 
-    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+    async def read_pod(self, namespace: str, name: str) -> Pod:
         return await self.node.read_pod(namespace, name)
 
     async def add_cd_label(self, cd_uid: str) -> None:
         """The label, unless the watched Node already carries it: a Prepare waiting for
         readiness comes back here on every wake-up, and must not GET the Node each time."""
-        node = self.node_object.items.get(self._node_name) or {}
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        if labels.get(names.LABEL_COMPUTE_DOMAIN) == cd_uid:
+        node = self._nodes.get(self.node_object.items, self._node_name)
+        if node is not None and node.label(names.LABEL_COMPUTE_DOMAIN) == cd_uid:
             return
         await self.node.add_cd_label(cd_uid)
 
@@ -191,20 +202,19 @@ class ClusterView:
         await self.node.remove_cd_label(cd_uid)
 
     async def compute_domain(self, uid: str, namespace: str | None = None
-                             ) -> dict[str, Any] | None:
+                             ) -> StoredComputeDomain | None:
         return await self.domains.lookup(uid, namespace)
 
-    def known_domain(self, uid: str) -> dict[str, Any] | None:
+    def known_domain(self, uid: str) -> StoredComputeDomain | None:
         return self.domains.get(uid)
 
     def node_ready(self, cd_uid: str, clique_id: str) -> bool:
-        for daemon in (self._clique(cd_uid, clique_id) or {}).get("daemons") or ():
-            if daemon.get("nodeName") == self._node_name:
-                return bool(daemon.get("status") == names.STATUS_READY)
-        for node in self._status_nodes(cd_uid):
-            if node.get("name") == self._node_name:
-                return bool(node.get("status") == names.STATUS_READY)
-        return False
+        clique = self._clique(cd_uid, clique_id)
+        daemon = clique.daemon(self._node_name) if clique is not None else None
+        if daemon is not None:
+            return daemon.status == names.STATUS_READY
+        node = self._status_node(cd_uid)
+        return node is not None and node.status == names.STATUS_READY
 
     def daemon_entry(self, cd_uid: str, clique_id: str) -> str:
         """Where this node's daemon stands, for a waiting claim's message: the status of its
@@ -214,14 +224,13 @@ class ClusterView:
             clique = self._clique(cd_uid, clique_id)
             if clique is None:
                 return f"clique {clique_id} has no entries yet"
-            for daemon in clique.get("daemons") or ():
-                if daemon.get("nodeName") == self._node_name:
-                    status = daemon.get("status") or "without status"
-                    return f"its entry in clique {clique_id} is {status}"
+            daemon = clique.daemon(self._node_name)
+            if daemon is not None:
+                return f"its entry in clique {clique_id} is {daemon.status or 'without status'}"
             return f"it has no entry in clique {clique_id} yet"
-        for node in self._status_nodes(cd_uid):
-            if node.get("name") == self._node_name:
-                return f"its node in the ComputeDomain status is {node.get('status') or 'unset'}"
+        node = self._status_node(cd_uid)
+        if node is not None:
+            return f"its node in the ComputeDomain status is {node.status or 'unset'}"
         return "it is not in the ComputeDomain status yet"
 
     def generation(self) -> tuple[int, ...]:

@@ -12,20 +12,20 @@ keeps the node's `daemon-0`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from agent.plugin.claim_errors import PermanentError, RetryableError
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.nodeops import forbidden
 from api import names
+from api.pod import Pod
+from api.resourceclaim import ResourceClaim
 from runtime.kubecall import error_text
 
-Obj = dict[str, Any]
-# (namespace, name) -> the pod's JSON; raises ApiException.
-PodReader = Callable[[str, str], Awaitable[Obj]]
+# (namespace, name) -> the pod; raises ApiException.
+PodReader = Callable[[str, str], Awaitable[Pod]]
 
 
 def _refuse(ref: ClaimRef, why: str) -> PermanentError:
@@ -33,28 +33,27 @@ def _refuse(ref: ClaimRef, why: str) -> PermanentError:
                           f"{why}")
 
 
-def check_pod(pod: Mapping[str, Any], *, uid: str, cd_uid: str, node: str) -> str | None:
+def check_pod(pod: Pod, *, uid: str, cd_uid: str, node: str) -> str | None:
     """Why `pod` may not hold the daemon claim of `cd_uid` on `node` (None: it may)."""
-    md = pod.get("metadata") or {}
-    if md.get("uid") != uid:
-        return f"pod {md.get('name')} is not the one the claim is reserved for"
-    where = (pod.get("spec") or {}).get("nodeName")
+    name = pod.metadata.name
+    if pod.metadata.uid != uid:
+        return f"pod {name} is not the one the claim is reserved for"
+    where = pod.spec.node_name if pod.spec is not None else None
     if where != node:
-        return f"pod {md.get('name')} runs on node {where!r}, not on this node {node}"
-    label = (md.get("labels") or {}).get(names.LABEL_COMPUTE_DOMAIN)
+        return f"pod {name} runs on node {where!r}, not on this node {node}"
+    label = pod.label(names.LABEL_COMPUTE_DOMAIN)
     if label != cd_uid:
-        return (f"pod {md.get('name')} is labeled for ComputeDomain {label!r}, not for "
-                f"{cd_uid}")
-    owner = next((o for o in md.get("ownerReferences") or () if o.get("controller")), None)
+        return f"pod {name} is labeled for ComputeDomain {label!r}, not for {cd_uid}"
+    owner = pod.controller
     expected = names.daemon_object_name(cd_uid)
-    if owner is None or owner.get("kind") != "DaemonSet" or owner.get("name") != expected:
-        found = f"{owner.get('kind')} {owner.get('name')}" if owner else "nothing"
-        return (f"pod {md.get('name')} is controlled by {found}, not by the domain's "
+    if owner is None or owner.kind != "DaemonSet" or owner.name != expected:
+        found = f"{owner.kind} {owner.name}" if owner else "nothing"
+        return (f"pod {name} is controlled by {found}, not by the domain's "
                 f"DaemonSet {expected}")
     return None
 
 
-async def check_daemon_claim(ref: ClaimRef, claim: Mapping[str, Any], cd_uid: str, *,
+async def check_daemon_claim(ref: ClaimRef, claim: ResourceClaim, cd_uid: str, *,
                              driver_namespace: str, node: str, read_pod: PodReader) -> None:
     """PermanentError naming the problem unless the claim belongs to the domain's daemon pod
     on this node; RetryableError while that cannot be told yet."""
@@ -63,21 +62,20 @@ async def check_daemon_claim(ref: ClaimRef, claim: Mapping[str, Any], cd_uid: st
                            f"{driver_namespace}, where the controller's DaemonSet creates "
                            "them; a workload gets its IMEX channel from the ComputeDomain's "
                            "ResourceClaimTemplate")
-    reserved = [r for r in ((claim.get("status") or {}).get("reservedFor") or ())
-                if r.get("resource") == "pods"]
+    reserved = [r for r in claim.reserved_for if r.resource == "pods"]
     if len(reserved) != 1:
         raise _refuse(ref, f"it is reserved for {len(reserved)} pods; a daemon claim belongs "
                            "to exactly one IMEX daemon pod")
     [pod_ref] = reserved
     try:
-        pod = await read_pod(driver_namespace, str(pod_ref.get("name") or ""))
+        pod = await read_pod(driver_namespace, pod_ref.name or "")
     except ApiException as err:
         if err.status == 403:
-            raise forbidden(f"read pod {driver_namespace}/{pod_ref.get('name')}", err) from None
+            raise forbidden(f"read pod {driver_namespace}/{pod_ref.name}", err) from None
         if err.status == 404:
-            raise _refuse(ref, f"its pod {pod_ref.get('name')} does not exist") from None
-        raise RetryableError(f"read pod {driver_namespace}/{pod_ref.get('name')}: "
+            raise _refuse(ref, f"its pod {pod_ref.name} does not exist") from None
+        raise RetryableError(f"read pod {driver_namespace}/{pod_ref.name}: "
                              f"{error_text(err)}") from None
-    why = check_pod(pod, uid=str(pod_ref.get("uid") or ""), cd_uid=cd_uid, node=node)
+    why = check_pod(pod, uid=pod_ref.uid or "", cd_uid=cd_uid, node=node)
     if why is not None:
         raise _refuse(ref, why)

@@ -14,52 +14,55 @@ that changes often, comes from the domain's clique, watched alone (cluster.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from api import names
+from api.computedomain import StoredComputeDomain
+from api.objects import K8sObject
 from runtime.kubecall import call
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
+
+def _slim(cd: Mapping[str, Any]) -> StoredComputeDomain:
+    """What the agent uses of a domain: all but its status, whose size grows with the
+    domain (left out before parsing, so it is never parsed either)."""
+    return StoredComputeDomain.from_dict({k: v for k, v in cd.items() if k != "status"})
 
 
-def _uid(cd: Obj) -> str:
-    return str((cd.get("metadata") or {}).get("uid") or "")
-
-
-def _slim(cd: Obj) -> Obj:
-    """What the agent uses of a domain: its metadata and spec (not its status, whose size
-    grows with the domain)."""
-    return {"metadata": cd.get("metadata") or {}, "spec": cd.get("spec") or {}}
+def _items(listing: object) -> list[Mapping[str, Any]]:
+    """The items of a list response (the API's JSON)."""
+    items = listing.get("items") if isinstance(listing, Mapping) else None
+    return [i for i in items or () if isinstance(i, Mapping)]
 
 
 class DomainDirectory:
     def __init__(self, api: client.ApiClient) -> None:
         self._custom = client.CustomObjectsApi(api)
-        self._known: dict[str, Obj] = {}  # uid -> metadata and spec as last read
+        self._known: dict[str, StoredComputeDomain] = {}  # uid -> as last read, less status
         self._gone: set[str] = set()  # uids asked for that the API server did not have
         self.lists = 0  # LISTs made (tests and logs)
         self.gets = 0
 
-    def get(self, uid: str) -> Obj | None:
+    def get(self, uid: str) -> StoredComputeDomain | None:
         """The domain as last read, None if it is not known (or known to be gone)."""
         return self._known.get(uid)
 
     def live(self, uid: str) -> bool:
         """Known, and not being deleted (as last read)."""
         cd = self._known.get(uid)
-        return cd is not None and not cd["metadata"].get("deletionTimestamp")
+        return cd is not None and not cd.deleting
 
     def maybe_live(self, uid: str) -> bool:
         """Live, or not read yet (e.g. after a restart): worth a `refresh` to find out."""
         return self.live(uid) or (uid not in self._known and uid not in self._gone)
 
-    async def lookup(self, uid: str, namespace: str | None = None) -> Obj | None:
+    async def lookup(self, uid: str, namespace: str | None = None
+                     ) -> StoredComputeDomain | None:
         """The domain with `uid`: from what is known, else by listing `namespace` (None:
         every namespace). A domain found in another namespace than `namespace` is found
         too (by a second, cluster-wide list), so the caller can say so."""
@@ -79,27 +82,26 @@ class DomainDirectory:
             if cd is None:
                 unknown.append(uid)
                 continue
-            md = cd["metadata"]
             self.gets += 1
             try:
-                fresh = await call(self._custom.get_namespaced_custom_object, names.GROUP,
-                                   names.VERSION, md.get("namespace", ""),
-                                   names.PLURAL_COMPUTE_DOMAINS, md.get("name", ""),
-                                   _request_timeout=20)
+                got = await call(self._custom.get_namespaced_custom_object, names.GROUP,
+                                 names.VERSION, cd.namespace, names.PLURAL_COMPUTE_DOMAINS,
+                                 cd.name, _request_timeout=20)
+                fresh = _slim(got) if isinstance(got, Mapping) else None
             except ApiException as err:
                 if err.status != 404:
                     raise
                 fresh = None
-            if fresh is None or _uid(fresh) != uid:  # gone, or deleted and created again
+            if fresh is None or fresh.uid != uid:  # gone, or deleted and created again
                 self._known.pop(uid, None)
                 self._gone.add(uid)
             else:
-                self._known[uid] = _slim(fresh)
+                self._known[uid] = fresh
         if unknown:
             await self._list(None, None, want=set(unknown))
 
     async def _list(self, uid: str | None, namespace: str | None, *,
-                    want: set[str] | None = None) -> Obj | None:
+                    want: set[str] | None = None) -> StoredComputeDomain | None:
         """List (served from the API server's cache: resourceVersion 0) and remember the
         domains asked for: `uid`, or every uid in `want`."""
         self.lists += 1
@@ -114,11 +116,12 @@ class DomainDirectory:
                                  _request_timeout=30)
         wanted = want if want is not None else {str(uid)}
         found = None
-        for cd in listing.get("items") or ():
-            if _uid(cd) in wanted:
-                self._known[_uid(cd)] = _slim(cd)
-                self._gone.discard(_uid(cd))
-                if _uid(cd) == uid:
+        for item in _items(listing):
+            cd_uid = K8sObject.from_dict(item).uid  # its metadata only: most are not wanted
+            if cd_uid in wanted:
+                self._known[cd_uid] = _slim(item)
+                self._gone.discard(cd_uid)
+                if cd_uid == uid:
                     found = self._known[uid]
         if namespace is None:  # a cluster-wide list is the whole truth
             self._gone.update(u for u in wanted if u not in self._known)

@@ -1,4 +1,7 @@
-"""Prepare and Unprepare of ComputeDomain claims: the state machine of reference §4.
+"""Prepare and Unprepare of ComputeDomain claims: the reference's per-claim state machine.
+
+The reference's is `DeviceState.Prepare` / `Unprepare` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/device_state.go.
 
 Each claim step runs under the node lock and is idempotent: configs are decoded and
 validated first (nothing is written for a bad claim), the checkpoint records
@@ -15,9 +18,10 @@ Prepare of a channel claim gave the pod (not again on kubelet's idempotent re-Pr
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +44,11 @@ from agent.plugin.grpcserver import ClaimRef, PreparedDeviceResult, PrepareResul
 from agent.plugin.metrics import PluginMetrics
 from agent.plugin.nodelock import NodeLock
 from api import names
+from api.computedomain import StoredComputeDomain
 from api.opaque import ComputeDomainChannelConfig
+from api.pod import Pod
+from api.resourceclaim import AllocationResult, ResourceClaim
+from api.validation_error import ValidationError
 from cdi.atomic import NotRegularFileError, atomic_write, make_dirs, read_file
 from runtime.events import EventRecorder
 from runtime.logsetup import vlog
@@ -55,14 +63,14 @@ _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 class Cluster(Protocol):
     """What the driver needs to know and do in the API (fakes implement it in unit tests)."""
 
-    async def fetch_claim(self, ref: ClaimRef) -> dict[str, Any]: ...
+    async def fetch_claim(self, ref: ClaimRef) -> ResourceClaim: ...
     async def claim_status(self, ref: ClaimRef) -> dict[str, Any]: ...
     async def add_cd_label(self, cd_uid: str) -> None: ...
     async def remove_cd_label(self, cd_uid: str) -> None: ...
-    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def read_pod(self, namespace: str, name: str) -> Pod: ...
     async def compute_domain(self, uid: str, namespace: str | None = None
-                             ) -> dict[str, Any] | None: ...
-    def known_domain(self, uid: str) -> dict[str, Any] | None: ...
+                             ) -> StoredComputeDomain | None: ...
+    def known_domain(self, uid: str) -> StoredComputeDomain | None: ...
     async def follow(self, cd_uid: str, clique_id: str) -> None: ...
     def done_waiting(self, cd_uid: str) -> None: ...
     def node_ready(self, cd_uid: str, clique_id: str) -> bool: ...
@@ -75,7 +83,7 @@ class DeviceEdits(Protocol):
     """CDI spec building and writing (agent.cdispecs), behind a seam for tests."""
 
     def channel_edits(self, channels: range | list[int]) -> Any: ...
-    def daemon_edits(self, cd: dict[str, Any], clique_id: str) -> Any: ...
+    def daemon_edits(self, cd: StoredComputeDomain | None, clique_id: str) -> Any: ...
     def write_claim_spec(self, claim_uid: str, devices: list[tuple[str, Any]]) -> bool: ...
     def remove_claim_spec(self, claim_uid: str) -> None: ...
     def claim_cdi_ids(self, claim_uid: str, device: str, has_edits: bool,
@@ -182,12 +190,12 @@ class Driver:
                 out[ref.uid] = problem
                 continue
             out[ref.uid] = await self._retry(
-                lambda r=ref: self._unprepare_once(r), deadline, str(ref))
+                functools.partial(self._unprepare_once, ref), deadline, str(ref))
         return out
 
     # --- retry loop --------------------------------------------------------------------
 
-    async def _prepare_until(self, ref: ClaimRef, claim: dict[str, Any], deadline: float
+    async def _prepare_until(self, ref: ClaimRef, claim: ResourceClaim, deadline: float
                              ) -> PrepareResult:
         devices: list[PreparedDeviceResult] = []
         fresh: list[ChannelOutcome] | None = None  # set when this call did the work
@@ -279,7 +287,7 @@ class Driver:
 
     # --- prepare ---------------------------------------------------------------------------
 
-    async def _prepare_once(self, ref: ClaimRef, claim: dict[str, Any]
+    async def _prepare_once(self, ref: ClaimRef, claim: ResourceClaim
                             ) -> tuple[list[PreparedDeviceResult], list[ChannelOutcome] | None]:
         """The devices for kubelet, and what each channel config gave the pod when this
         call prepared the claim (None when it was already prepared)."""
@@ -287,9 +295,9 @@ class Driver:
         async with self._lock.held():
             return await self._prepare_locked(ref, claim)
 
-    async def _prepare_locked(self, ref: ClaimRef, claim: dict[str, Any]
+    async def _prepare_locked(self, ref: ClaimRef, claim: ResourceClaim
                               ) -> tuple[list[PreparedDeviceResult], list[ChannelOutcome] | None]:
-        status = claim.get("status") or {}
+        status = claim.status_json  # what the checkpoint stores, verbatim
         entry = self.checkpoint.claims.get(ref.uid)
         if entry is not None and entry.state == COMPLETED and self._edits.spec_intact(
                 ref.uid, _results_from(entry)):
@@ -297,7 +305,9 @@ class Driver:
         if entry is not None and entry.state == ABORTED and entry.status_matches(status):
             raise PermanentError(f"stale prepare for claim {ref}: claim prepare was already "
                                  "aborted")
-        groups = groups_for(status["allocation"])
+        if claim.allocation is None:  # fetch_claim refuses those
+            raise PermanentError(f"claim {ref} not allocated")
+        groups = groups_for(claim.allocation)
         for group in groups:
             self._check_group(group)
         self._check_overlap(ref.uid, status)
@@ -350,9 +360,9 @@ class Driver:
         if self._s.host_managed:
             raise PermanentError("ComputeDomain daemon claims are not supported when "
                                  "imex.mode=hostManaged")
-        if len({r.get("device") for r in group.results}) != 1:
+        if len({r.device for r in group.results}) != 1:
             raise PermanentError("only expected 1 device for requests "
-                                 f"{sorted({r.get('request') for r in group.results})}")
+                                 f"{sorted({r.request or '' for r in group.results})}")
 
     def _check_overlap(self, uid: str, status: dict[str, Any]) -> None:
         overlap = self.checkpoint.device_overlap(uid, status)
@@ -364,7 +374,7 @@ class Driver:
     def _check_ownership(self, uid: str, group: Group) -> None:
         if not group.is_channel:
             return
-        device = parse_device(group.results[0]["device"])
+        device = parse_device(group.results[0].device or "")
         assert device is not None  # groups_for validated it
         channel = device.id if self._s.host_managed else 0
         owner = self.checkpoint.channel_owner(channel, exclude_uid=uid)
@@ -388,18 +398,17 @@ class Driver:
         cd = await self._cluster.compute_domain(uid, ref.namespace if group.is_channel else None)
         if cd is None:
             raise RetryableError(f"ComputeDomain not found: {uid} (waiting for it to appear)")
-        if group.is_channel and cd["metadata"].get("namespace") != ref.namespace:
+        if group.is_channel and cd.metadata.namespace != ref.namespace:
             raise PermanentError(
                 "the ResourceClaim's namespace is different than the ComputeDomain's namespace "
-                f"({ref.namespace} != {cd['metadata'].get('namespace')}): create the workload in "
+                f"({ref.namespace} != {cd.metadata.namespace}): create the workload in "
                 "the ComputeDomain's namespace")
 
     async def _apply(self, ref: ClaimRef, group: Group, spec_devices: list[tuple[str, Any]]
                      ) -> PreparedGroup:
         cd_uid = group.config.domain_id
         clique = self._s.clique_id()
-        result = group.results[0]
-        device = parse_device(result["device"])
+        device = parse_device(group.results[0].device or "")
         assert device is not None
         edits = None
         if group.is_channel:
@@ -428,12 +437,11 @@ class Driver:
                     log.info("%s: node %s has no NVLink clique: no IMEX channel injected", ref,
                              self._s.node_name)
         else:
-            cd = self._cluster.known_domain(cd_uid) or {}
             self._ensure_domain_dir(cd_uid)
-            edits = self._edits.daemon_edits(cd, clique)
+            edits = self._edits.daemon_edits(self._cluster.known_domain(cd_uid), clique)
         devices = []
         for res in group.results:
-            name = res["device"]
+            name = res.device or ""
             daemon = not group.is_channel
             cdi_ids = self._edits.claim_cdi_ids(ref.uid, name, edits is not None, daemon)
             if edits is not None:
@@ -441,8 +449,8 @@ class Driver:
             dev = parse_device(name)
             assert dev is not None
             devices.append(PreparedDevice(
-                kind=dev.kind, id=dev.id, requests=[res.get("request", "")],
-                pool=res.get("pool", ""), device=name, cdi_device_ids=cdi_ids))
+                kind=dev.kind, id=dev.id, requests=[res.request or ""],
+                pool=res.pool or "", device=name, cdi_device_ids=cdi_ids))
         return PreparedGroup(config_type=names.DEVICE_TYPE_CHANNEL if group.is_channel
                              else names.DEVICE_TYPE_DAEMON, domain_id=cd_uid, devices=devices)
 
@@ -485,12 +493,13 @@ class Driver:
             self._save()
         vlog(log, 1, "unprepare: claim %s unprepared", ref)
 
-    async def _undo(self, status: dict[str, Any]) -> None:
+    async def _undo(self, status: Mapping[str, Any]) -> None:
+        """Take back what a prepare did, from `status` as the checkpoint stored it."""
         if self._s.host_managed:
             return
         try:
-            groups = groups_for(status["allocation"], strict=False)
-        except ClaimError as err:
+            groups = groups_for(AllocationResult.from_dict(status["allocation"]), strict=False)
+        except (ClaimError, ValidationError) as err:
             log.warning("unprepare: stored allocation no longer decodes (%s); nothing to undo",
                         err)
             return

@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import text_format
@@ -88,7 +88,7 @@ class DraV1(v1_grpc.DRAPluginServicer):
         self._driver = driver
 
     async def NodePrepareResources(self, request: v1.NodePrepareResourcesRequest,
-                                   context: grpc.aio.ServicerContext
+                                   context: grpc.aio.ServicerContext[Any, Any]
                                    ) -> v1.NodePrepareResourcesResponse:
         request_id = next(_request_ids)
         _log_rpc("request", request_id, "NodePrepareResources", request)
@@ -115,7 +115,7 @@ class DraV1(v1_grpc.DRAPluginServicer):
         return response
 
     async def NodeUnprepareResources(self, request: v1.NodeUnprepareResourcesRequest,
-                                     context: grpc.aio.ServicerContext
+                                     context: grpc.aio.ServicerContext[Any, Any]
                                      ) -> v1.NodeUnprepareResourcesResponse:
         request_id = next(_request_ids)
         _log_rpc("request", request_id, "NodeUnprepareResources", request)
@@ -139,7 +139,7 @@ class DraV1beta1(v1beta1_grpc.DRAPluginServicer):
         self._v1 = v1_service
 
     async def NodePrepareResources(self, request: v1beta1.NodePrepareResourcesRequest,
-                                   context: grpc.aio.ServicerContext
+                                   context: grpc.aio.ServicerContext[Any, Any]
                                    ) -> v1beta1.NodePrepareResourcesResponse:
         converted = v1.NodePrepareResourcesRequest.FromString(request.SerializeToString())
         result = await self._v1.NodePrepareResources(converted, context)
@@ -154,7 +154,7 @@ class DraV1beta1(v1beta1_grpc.DRAPluginServicer):
         return response
 
     async def NodeUnprepareResources(self, request: v1beta1.NodeUnprepareResourcesRequest,
-                                     context: grpc.aio.ServicerContext
+                                     context: grpc.aio.ServicerContext[Any, Any]
                                      ) -> v1beta1.NodeUnprepareResourcesResponse:
         converted = v1.NodeUnprepareResourcesRequest.FromString(request.SerializeToString())
         result = await self._v1.NodeUnprepareResources(converted, context)
@@ -174,14 +174,14 @@ class Registration(reg_grpc.RegistrationServicer):
         self._endpoint = str(dra_socket)
         self._state = state
 
-    async def GetInfo(self, request: reg.InfoRequest, context: grpc.aio.ServicerContext
+    async def GetInfo(self, request: reg.InfoRequest, context: grpc.aio.ServicerContext[Any, Any]
                       ) -> reg.PluginInfo:
         return reg.PluginInfo(type=names.PLUGIN_TYPE_DRA, name=names.DRIVER_NAME,
                               endpoint=self._endpoint,
                               supported_versions=list(names.SUPPORTED_DRA_SERVICES))
 
     async def NotifyRegistrationStatus(self, request: reg.RegistrationStatus,
-                                       context: grpc.aio.ServicerContext
+                                       context: grpc.aio.ServicerContext[Any, Any]
                                        ) -> reg.RegistrationStatusResponse:
         self._state.calls += 1
         self._state.registered = request.plugin_registered

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,10 +30,10 @@ class PluginHealth(health_pb2_grpc.HealthServicer):
         self._timeout = timeout
 
     async def Check(self, request: health_pb2.HealthCheckRequest,
-                    context: grpc.aio.ServicerContext) -> health_pb2.HealthCheckResponse:
+                    context: grpc.aio.ServicerContext[Any, Any]) -> health_pb2.HealthCheckResponse:
         if request.service not in SERVICES:
             await context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
-        serving = health_pb2.HealthCheckResponse.SERVING
+        serving: int = health_pb2.HealthCheckResponse.SERVING
         try:
             async with grpc.aio.insecure_channel(f"unix://{self._reg}") as channel:
                 await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest(),

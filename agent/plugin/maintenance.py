@@ -1,6 +1,8 @@
-"""The plugin's periodic clean-up (reference kubelet-plugin §6): claims whose Prepare
-started but whose ResourceClaim is gone are unprepared, expired tombstones and orphaned
-CDI files dropped, and the directories of deleted ComputeDomains removed."""
+"""The plugin's periodic clean-up: claims whose Prepare started but whose ResourceClaim is
+gone are unprepared, expired tombstones and orphaned CDI files dropped, and the directories
+of deleted ComputeDomains removed. The reference's is in cleanup.go and `periodicCleanup`
+of computedomain.go, and leaves orphaned claim CDI files in place:
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-kubelet-plugin."""
 
 from __future__ import annotations
 

@@ -23,10 +23,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
 from agent.checkpoint.model import Checkpoint, ClaimState
 from api import names
+from api.objects import K8sObject, ParsedCache
 from runtime.informer import Informer
 from runtime.kubecall import error_text
 
@@ -90,10 +91,12 @@ class NodeLabelKeeper:
         self._clique_id = clique_id
         self._resync_s = resync_s
         self.repairs = 0  # labels put back (tests and logs)
+        self._parsed = ParsedCache(K8sObject)
 
     def _labels(self) -> Mapping[str, str]:
-        node: dict[str, Any] = self._node.items.get(self._node_name) or {}
-        return (node.get("metadata") or {}).get("labels") or {}
+        node = self._parsed.get(self._node.items, self._node_name)
+        labels = node.metadata.labels if node is not None else None
+        return labels or {}
 
     def _wanted(self) -> dict[str, str]:
         wanted: dict[str, str] = {}

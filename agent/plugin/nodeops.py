@@ -12,11 +12,15 @@ import random
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from agent.plugin.claim_errors import PermanentError, RetryableError
 from agent.plugin.grpcserver import ClaimRef, RpcError
 from api import names
+from api.objects import K8sObject
+from api.pod import Pod
+from api.resourceclaim import ResourceClaim
+from api.validation_error import ValidationError
 from runtime.corev1 import MERGE_PATCH, CoreV1
 from runtime.draclient import DraApi
 from runtime.kubecall import call, error_text
@@ -43,10 +47,10 @@ class NodeOps:
 
     # --- claims ------------------------------------------------------------------------
 
-    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        """A pod as JSON (the daemon claim check reads its owner, node and labels)."""
-        return await call(self._core.read_namespaced_pod, name, namespace,
-                          _request_timeout=20)
+    async def read_pod(self, namespace: str, name: str) -> Pod:
+        """A pod (the daemon claim check reads its owner, node and labels)."""
+        return Pod.from_dict(await call(self._core.read_namespaced_pod, name, namespace,
+                                        _request_timeout=20))
 
     async def _read_claim(self, ref: ClaimRef) -> dict[str, Any]:
         """The claim's JSON in v1 shape; its status is the same JSON in every served
@@ -55,21 +59,21 @@ class NodeOps:
         return await call(self._dra.read, "resourceclaims", ref.name, ref.namespace,
                           _request_timeout=20)
 
-    async def fetch_claim(self, ref: ClaimRef) -> dict[str, Any]:
-        """The claim as JSON; RpcError (whole RPC fails) as the reference's helper does."""
+    async def fetch_claim(self, ref: ClaimRef) -> ResourceClaim:
+        """The claim; RpcError (whole RPC fails) as the reference's helper does."""
         try:
-            data = await self._read_claim(ref)
+            claim = ResourceClaim.from_dict(await self._read_claim(ref))
         except ApiException as err:
             hint = f" ({RBAC_HINT})" if err.status == 403 else ""
             raise RpcError(f"retrieve claim {ref.namespace}/{ref.name}: "
                            f"{error_text(err)}{hint}") from None
-        except Exception as err:
+        except Exception as err:  # a ValidationError included: say what is malformed
             raise RpcError(f"retrieve claim {ref.namespace}/{ref.name}: {err}") from None
-        if not (data.get("status") or {}).get("allocation"):
+        if not claim.allocated:
             raise RpcError(f"claim {ref.namespace}/{ref.name} not allocated")
-        if data["metadata"].get("uid") != ref.uid:
+        if claim.metadata.uid != ref.uid:
             raise RpcError(f"claim {ref.namespace}/{ref.name} got replaced")
-        return data
+        return claim
 
     async def claim_exists(self, ref: ClaimRef) -> bool:
         """False when the claim is gone or replaced (a stale PrepareStarted entry)."""
@@ -80,17 +84,20 @@ class NodeOps:
             if err.status == 404:
                 return False
             raise
-        return bool(claim["metadata"].get("uid") == ref.uid)
+        return K8sObject.from_dict(claim).metadata.uid == ref.uid
 
     async def claim_status(self, ref: ClaimRef) -> dict[str, Any]:
-        """For unprepare of a legacy checkpoint entry without stored allocation."""
+        """For unprepare of a legacy checkpoint entry without stored allocation: the
+        claim's status JSON, as the checkpoint would have stored it."""
         try:
-            data = await self._read_claim(ref)
+            claim = ResourceClaim.from_dict(await self._read_claim(ref))
         except ApiException as err:
             raise PermanentError(f"retrieve claim {ref}: {err.status} {err.reason}") from None
-        if not (data.get("status") or {}).get("allocation"):
+        except ValidationError as err:
+            raise PermanentError(f"retrieve claim {ref}: {err}") from None
+        if not claim.allocated:
             raise PermanentError(f"claim {ref} not allocated")
-        return data["status"]
+        return claim.status_json
 
     # --- node labels -------------------------------------------------------------------
 
@@ -98,13 +105,13 @@ class NodeOps:
                             refuse_other: bool = False) -> None:
         for _ in range(_CONFLICT_RETRIES):
             try:
-                node = await call(self._core.read_node, self.node_name, _request_timeout=20)
+                node = K8sObject.from_dict(
+                    await call(self._core.read_node, self.node_name, _request_timeout=20))
             except ApiException as err:
                 if err.status == 403:
                     raise forbidden(f"read node {self.node_name}", err) from None
                 raise RetryableError(f"read node {self.node_name}: {error_text(err)}") from None
-            labels = dict(node["metadata"].get("labels") or {})
-            current = labels.get(key)
+            current = node.label(key)
             if current == want:
                 return
             if want is None and only_if is not None and current != only_if:
@@ -118,7 +125,7 @@ class NodeOps:
             # safe as a replace against concurrent writers, and it cannot drop Node fields
             # this client's model does not know (policies-kubelet-plugin.yaml refuses any
             # change beyond the driver's labels).
-            body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+            body = {"metadata": {"resourceVersion": node.metadata.resource_version,
                                  "labels": {key: want}}}
             try:
                 await call(self._core.patch_node, self.node_name, body,
@@ -152,4 +159,4 @@ class NodeOps:
 
     async def node_uid(self) -> str:
         node = await call(self._core.read_node, self.node_name, _request_timeout=20)
-        return str(node["metadata"]["uid"])
+        return K8sObject.from_dict(node).uid

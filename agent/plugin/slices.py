@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from api import names
 from runtime.corev1 import CoreV1

@@ -1,10 +1,13 @@
 """The DRA half of a simulated kubelet: plugin registration, prepare/unprepare.
 
-It speaks the same gRPC contract over the same unix sockets as the real kubelet
-(`../shared/reference/dra-grpc.md` §1-§3), so the real agent can be driven unchanged:
-`PluginWatcher` plays kubelet's plugin watcher on the registration directory, `DraClient`
-plays the DRA manager's NodePrepareResources/NodeUnprepareResources calls with kubelet's
-error handling. What a container then gets from the CDI IDs is `containerview.py`.
+It speaks the same gRPC contract over the same unix sockets as the real kubelet (plugin
+registration and the DRA v1/v1beta1 node services of api/kubelet/pluginregistration/ and
+api/kubelet/dra/; kubelet's side is
+https://github.com/kubernetes/kubernetes/tree/master/pkg/kubelet/cm/dra), so the real agent
+can be driven unchanged: `PluginWatcher` plays kubelet's plugin watcher on the registration
+directory, `DraClient` plays the DRA manager's NodePrepareResources/NodeUnprepareResources
+calls with kubelet's error handling. What a container then gets from the CDI IDs is
+`containerview.py`.
 """
 
 from __future__ import annotations

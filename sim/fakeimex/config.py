@@ -1,8 +1,9 @@
 """The IMEX config file (`KEY=VALUE` lines, `#` comments), parsed like `nvidia-imex -c` would.
 
 A typo in a config the driver renders must fail loudly, naming file and line, so the fake
-rejects what it cannot parse instead of guessing. Keys and defaults: reference daemon.md §4
-and the IMEX guide's table (users.md §4).
+rejects what it cannot parse instead of guessing. Keys and defaults: the template the driver
+renders (agent/templates/compute-domain-daemon-config.tmpl.cfg) and the config options of
+NVIDIA's IMEX guide (https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/config.html).
 """
 
 from __future__ import annotations

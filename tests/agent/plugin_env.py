@@ -8,14 +8,15 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from eventually import eventually
 from kubernetes import client
 
 from agent.plugin.app import PluginApp
@@ -175,20 +176,7 @@ class AgentProcess:
             stderr=self.log.open("ab"),
         )
         # A killed agent leaves its socket files behind: wait until this one answers.
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"agent exited {self.proc.returncode}: {self.log.read_text()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError("agent did not start: " + self.log.read_text()[-3000:])
-            try:
-                Kubelet(env).get_info(timeout=0.5)
-                Kubelet(env).prepare([], timeout=0.5)
-                return
-            except grpc.RpcError:
-                time.sleep(0.05)
+        answering(env, self.proc.poll, self.log, timeout=60, interval=0.05)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -197,6 +185,45 @@ class AgentProcess:
     def terminate(self) -> int:
         self.proc.terminate()
         return self.proc.wait(20)
+
+
+def answering(env: NodeEnv, exited: Callable[[], int | None], log: Path, *,
+              timeout: float, interval: float) -> None:
+    """Until the agent of `env` answers kubelet's calls; fails with its log's end if it
+    exits (`exited()` is its exit status once it has) or stays silent for `timeout`."""
+    kubelet = Kubelet(env)
+
+    def answers() -> bool:
+        code = exited()
+        if code is not None:
+            pytest.fail(f"agent exited {code}: {log.read_text()[-3000:]}")
+        try:
+            kubelet.get_info(timeout=0.5)
+            kubelet.prepare([], timeout=0.5)
+        except grpc.RpcError:
+            return False
+        return True
+
+    try:
+        eventually(answers, "the agent answering", timeout=timeout, interval=interval)
+    except AssertionError as err:
+        raise AssertionError("agent did not start: " + log.read_text()[-3000:]) from err
+
+
+def waits_of(agent: AgentThread) -> list[tuple[int, ...]]:
+    """The view generation each waiting Prepare had checked when it went back to waiting
+    (`Driver` waits for the next change in `ClusterView.wait_for_change`): proof that a
+    Prepare saw a state and did not return."""
+    view = agent.app.cluster
+    waits: list[tuple[int, ...]] = []
+    real = view.wait_for_change
+
+    async def wait_for_change(since: tuple[int, ...], timeout: float) -> None:
+        waits.append(since)
+        await real(since, timeout)
+
+    view.wait_for_change = wait_for_change  # type: ignore[method-assign]
+    return waits
 
 
 class Kubelet:

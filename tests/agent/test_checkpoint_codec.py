@@ -172,7 +172,8 @@ EXPECTED = Checkpoint(
 
 
 def reference_file(hash_text) -> str:
-    """The whole file as §4.7 lays it out, with checksums from `hash_text`."""
+    """The whole file as the reference writes it (top-level checksum over v1 only, then v2
+    with its own checksum), with checksums from `hash_text`."""
     top = hash_text('{"checksum":0,"v1":' + V1_TEXT + "}")
     v2 = hash_text('{"checksum":0,' + V2_BODY + "}")
     return f'{{"checksum":{top},"v1":{V1_TEXT},"v2":{{"checksum":{v2},{V2_BODY}}}}}'

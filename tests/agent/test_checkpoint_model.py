@@ -1,4 +1,8 @@
-"""The questions Prepare/Unprepare/cleanup ask the checkpoint: reference §7.3-§7.6 and §7.9."""
+"""The questions Prepare/Unprepare/cleanup ask the checkpoint, with the reference's cases.
+
+Those are tests of device_state_test.go and cleanup_test.go in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-kubelet-plugin.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ def prepared(kind: str, device_id: int) -> list[PreparedGroup]:
     return [PreparedGroup(kind, "cd-uid", [device])]
 
 
-# --- §7.3 requested non-admin devices ------------------------------------------------------
+# --- requested non-admin devices -----------------------------------------------------------
 
 
 def test_requested_non_admin_devices():
@@ -63,7 +67,7 @@ def test_non_admin_devices_of_a_status_without_allocation_is_empty(st):
     assert non_admin_devices(st) == set()
 
 
-# --- §7.4 no overlapping prepared devices ----------------------------------------------------
+# --- no overlapping prepared devices ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -173,7 +177,7 @@ def test_overlap_of_a_claim_without_driver_devices_is_none():
     assert cp.device_overlap("b", status(result("r", "other.example.com", "channel-0"))) is None
 
 
-# --- §7.5 IMEX channel not allocated ---------------------------------------------------------
+# --- IMEX channel not allocated --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -200,7 +204,7 @@ def test_imex_channel_not_allocated(entry, check, owner):
         assert cp.channel_owner(check, exclude_uid=owner) is None
 
 
-# --- §7.6 state machine ------------------------------------------------------------------------
+# --- state machine -----------------------------------------------------------------------------
 
 
 def test_completed_claim_returns_exactly_its_checkpointed_devices():
@@ -308,7 +312,7 @@ def test_tombstone_ttl_is_90_seconds():
 
 
 def test_cleanup_run_keeps_fresh_and_removes_old_aborted():
-    # §7.9: old-aborted at now-91s, fresh-aborted at now-45s, TTL exactly 90 s.
+    # The reference's cleanup case: old-aborted at now-91s, fresh-aborted at now-45s, TTL 90 s.
     cp = Checkpoint(
         claims={
             "old-aborted": ClaimEntry(ABORTED, aborted_at=NOW - timedelta(seconds=91)),

@@ -1,4 +1,8 @@
-"""Which config applies to which device: the reference's §7.1 / §7.2 cases, plus ours."""
+"""Which config applies to which device: the reference's cases, plus ours.
+
+The reference's are `TestGetOpaqueDeviceConfigs` and `TestGetConfigResultsMap` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/device_state_test.go.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import pytest
 from agent.plugin.claim_errors import PermanentError
 from agent.plugin.claimconfig import groups_for, parse_device
 from api import names
+from api.resourceclaim import AllocationResult
 
 DRIVER = names.DRIVER_NAME
 
@@ -30,8 +35,8 @@ def result(request: str, device: str, driver: str = DRIVER) -> dict:
     return {"request": request, "driver": driver, "pool": "pool", "device": device}
 
 
-def allocation(results: list[dict], configs: list[dict]) -> dict:
-    return {"devices": {"results": results, "config": configs}}
+def allocation(results: list[dict], configs: list[dict]) -> AllocationResult:
+    return AllocationResult.from_dict({"devices": {"results": results, "config": configs}})
 
 
 def test_claim_config_beats_class_config_and_other_drivers_are_ignored():
@@ -51,7 +56,7 @@ def test_claim_config_beats_class_config_and_other_drivers_are_ignored():
         )
     )
     got = sorted(
-        (g.config.KIND, g.config.domain_id, [r["device"] for r in g.results]) for g in groups
+        (g.config.KIND, g.config.domain_id, [r.device for r in g.results]) for g in groups
     )
     assert got == [
         (names.KIND_CHANNEL_CONFIG, "claim-domain", ["channel-0"]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from eventually import eventually_async
 from kubernetes import client
 
 from agent.plugin.cluster import ClusterView
@@ -57,13 +58,15 @@ def test_follows_one_clique_and_looks_domains_up(k8s, project_crds) -> None:
         try:
             await view.wait_synced(10)
             # Looked up in the claim's namespace, once; a second ask costs nothing.
-            assert (await view.compute_domain(uid, "default"))["metadata"]["name"] == "mine"
+            mine = await view.compute_domain(uid, "default")
+            assert mine is not None and mine.name == "mine"
             assert await view.compute_domain(uid, "default") is not None
             assert view.domains.lists == 1
             # A domain of another namespace is still found, so Prepare can say so.
             found = await view.compute_domain(other_uid, "default")
-            assert found is not None and found["metadata"]["namespace"] == "other"
-            assert view.known_domain(uid) is not None and "status" not in view.known_domain(uid)
+            assert found is not None and found.namespace == "other"
+            known = view.known_domain(uid)
+            assert known is not None and known.status is None
 
             await view.follow(uid, "c1")
             assert view.followed == [uid] and not view.node_ready(uid, "c1")
@@ -135,9 +138,8 @@ def test_a_watch_nobody_waits_on_ends_after_the_grace(k8s, project_crds) -> None
             view.done_waiting("cd-2", grace=0.05)
             await view.follow("cd-2", "c1")  # asked again: cd-2's watch stays
             informer = view._followed["cd-1"]
-            async with asyncio.timeout(10):
-                while "cd-1" in view.followed:
-                    await asyncio.sleep(0.05)
+            await eventually_async(lambda: "cd-1" not in view.followed, "cd-1's watch ended",
+                                   interval=0.05)
             assert view.followed == ["cd-2"] and informer._stop.is_set()
         finally:
             view.stop()

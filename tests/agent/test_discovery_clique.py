@@ -1,4 +1,8 @@
-"""Clique ID rules (reference §2.4), strict and legacy, and the refresh semantics."""
+"""Clique ID rules, strict and legacy, and the refresh semantics.
+
+The rules are the reference's `getCliqueIDStrict` / `getCliqueIDLegacy` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/nvlib.go.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Driver file lookup (reference §7.11), the dev root, and single-node NVLink detection.
+"""Driver file lookup, the dev root, and single-node NVLink detection.
+
+The lookup cases are the reference's `TestFindFile` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-kubelet-plugin/root_test.go.
 
 Deliberate fix over the reference: symlinks are resolved inside the root (like `chroot ROOT
 readlink -f`), not against the real filesystem root, so no link leads out of the root.

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from eventually import eventually
 
 from agent.hostimex import HostImexNotReadyError, HostImexProbe, is_ready_output
 
@@ -90,10 +91,7 @@ def test_timeout_kills_the_ctl_and_what_it_started(tmp_path):
     assert "did not answer within 0.5s" in str(err.value)
     assert "IMEX_CMD_ENABLED=1" in str(err.value)
     child = int((tmp_path / "child").read_text())
-    deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child)
+    eventually(lambda: not _alive(child), "the ctl's child ended", timeout=5, interval=0.05)
 
 
 def test_missing_ctl(tmp_path):

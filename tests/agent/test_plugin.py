@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
+from eventually import eventually
 from kubernetes import client
 from plugin_env import (
     DRIVER_NS,
@@ -17,6 +18,7 @@ from plugin_env import (
     Kubelet,
     NodeEnv,
     waiting_reason,
+    waits_of,
 )
 
 from api import names
@@ -70,24 +72,22 @@ def test_resource_slice_is_published_and_repaired(agent, k8s):
     assert spec.devices[0].attributes["id"].int == 0
     assert slices[0].metadata.owner_references[0].kind == "Node"
     resource.delete_resource_slice(slices[0].metadata.name)
-    deadline = time.monotonic() + 10
-    while True:  # put back by the watch, well before the periodic resync
-        again = resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
-        if again:
-            break
-        assert time.monotonic() < deadline, "the deleted slice was not republished"
-        time.sleep(0.05)
+    # Put back by the watch, well before the periodic resync.
+    again = eventually(
+        lambda: resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items,
+        "the deleted slice republished", interval=0.05,
+    )
     assert len(again) == 1 and again[0].metadata.name != slices[0].metadata.name
     edited = resource.read_resource_slice(again[0].metadata.name)
     edited.spec.devices = edited.spec.devices[:1]
     resource.replace_resource_slice(edited.metadata.name, edited)
-    deadline = time.monotonic() + 10
-    while True:
+
+    def repaired() -> bool:
         now = resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
-        if len(now) == 1 and [d.name for d in now[0].spec.devices] == ["channel-0", "daemon-0"]:
-            break
-        assert time.monotonic() < deadline, "the edited slice was not repaired"
-        time.sleep(0.05)
+        return len(now) == 1 and [d.name for d in now[0].spec.devices] == [
+            "channel-0", "daemon-0"]
+
+    eventually(repaired, "the edited slice repaired", interval=0.05)
 
 
 def test_daemon_claim_gets_identity_mount_and_device(kubelet, cluster, node):
@@ -132,20 +132,30 @@ def prepare_in_background(kubelet, claim):
 
 
 def test_channel_claim_waits_for_the_local_daemon_and_is_released_by_the_clique(
-    kubelet, cluster, node
+    agent, kubelet, cluster, node
 ):
     cd = cluster.compute_domain("cd1")
     uid = cd["metadata"]["uid"]
     claim = cluster.channel_claim("wl", "default", uid, "Single")
+    waits = waits_of(agent)
+    view = agent.app.cluster
+
+    async def seen() -> tuple[str, tuple[int, ...]]:
+        return view.daemon_entry(uid, node.clique_id), view.generation()
+
+    def checked(entry: str) -> bool:
+        """The agent saw the clique entry as `entry` and a Prepare that checked that state
+        went back to waiting (it did not return)."""
+        now, generation = agent.run(seen())
+        return entry in now and any(since >= generation for since in waits)
+
     thread, out = prepare_in_background(kubelet, claim)
-    deadline = time.monotonic() + 10
-    while cluster.node_labels(NODE).get(names.LABEL_COMPUTE_DOMAIN) != uid:
-        assert time.monotonic() < deadline, "node was not labeled"
-        time.sleep(0.02)
-    time.sleep(0.3)
+    eventually(lambda: cluster.node_labels(NODE).get(names.LABEL_COMPUTE_DOMAIN) == uid,
+               "node labeled")
+    eventually(lambda: checked("has no entries yet"), "Prepare waiting for an entry")
     assert "resp" not in out, "returned before the daemon was Ready"
     cluster.set_clique_daemon(uid, node.clique_id, NODE, "NotReady")
-    time.sleep(0.2)
+    eventually(lambda: checked("is NotReady"), "Prepare waiting on the NotReady entry")
     assert "resp" not in out
     released = time.monotonic()
     cluster.set_clique_daemon(uid, node.clique_id, NODE, "Ready")

@@ -9,7 +9,8 @@ import threading
 import time
 
 import pytest
-from plugin_env import NODE, AgentThread, Kubelet, NodeEnv, waiting_reason
+from eventually import eventually
+from plugin_env import NODE, AgentThread, Kubelet, NodeEnv, waiting_reason, waits_of
 
 from sim.fakeimex.install import install
 
@@ -60,11 +61,12 @@ def start_host_imex(env: NodeEnv, **knobs: str) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 15
-    while not (root / SOCKET.lstrip("/")).exists():
-        assert proc.poll() is None, "fake nvidia-imex exited"
-        assert time.monotonic() < deadline, "fake nvidia-imex did not open its socket"
-        time.sleep(0.05)
+    def socket_open() -> bool:
+        if proc.poll() is not None:
+            pytest.fail("fake nvidia-imex exited")
+        return (root / SOCKET.lstrip("/")).exists()
+
+    eventually(socket_open, "fake nvidia-imex opening its socket", timeout=15, interval=0.05)
     return proc
 
 
@@ -107,8 +109,9 @@ def test_a_waiting_workload_never_blocks_the_daemon_claim(apiserver, cluster, sh
         waiting = threading.Thread(
             target=lambda: done.setdefault("resp", kubelet.prepare([workload], timeout=40))
         )
+        waits = waits_of(agent)
         waiting.start()
-        time.sleep(0.5)
+        eventually(lambda: waits, "the workload's Prepare waiting")
         daemon = cluster.daemon_claim("daemon", uid)
         start = time.monotonic()
         resp = kubelet.prepare([daemon], timeout=10)

@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
+from eventually import eventually_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from plugin_env import (
     DRIVER_NS,
@@ -106,18 +107,20 @@ def test_a_cancelled_agent_closes_its_ports_for_the_next_one(
     config = node.config(apiserver.write_kubeconfig(tmp_path / "kc"))
 
     async def serving(task: asyncio.Task) -> None:
-        deadline = time.monotonic() + 60
-        while True:
-            assert not task.done(), task.result()
-            assert time.monotonic() < deadline, "the agent did not open its ports"
+        async def ports_open() -> bool:
+            if task.done():
+                pytest.fail(f"the agent ended: {task.result()!r}")
             try:
                 for port in (health, metrics):
                     _, writer = await asyncio.open_connection("127.0.0.1", port)
                     writer.close()
                     await writer.wait_closed()
-                return
             except OSError:
-                await asyncio.sleep(0.05)
+                return False
+            return True
+
+        await eventually_async(ports_open, "the agent opening its ports", timeout=60,
+                               interval=0.05)
 
     async def main() -> int:
         for _ in range(2):  # cancelled while it starts, then once it serves

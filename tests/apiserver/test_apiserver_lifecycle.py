@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from eventually import eventually
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 
 def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
+    return eventually(predicate, timeout=timeout, interval=0.01)
 
 
 def gone(read) -> bool:

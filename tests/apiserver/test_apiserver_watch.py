@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
-import time
 
 import pytest
+from eventually import eventually
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -139,7 +140,7 @@ def test_watch_delivers_live_events_and_bookmarks(apiserver, k8s):
 
     t = threading.Thread(target=consume)
     t.start()
-    time.sleep(0.4)
+    eventually(lambda: "BOOKMARK" in received, "a bookmark on the open watch", timeout=5)
     make(core, "live")
     t.join(5)
     assert "BOOKMARK" in received and received[-1] == "ADDED"
@@ -235,9 +236,8 @@ def test_relist_and_rewatch_through_dropped_watches_and_compaction_loses_nothing
         for c in core.list_namespaced_config_map("default").items
         if c.metadata.name != ROOT_CA
     }
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and seen != expected:
-        time.sleep(0.05)
+    with contextlib.suppress(AssertionError):  # the assertion below shows what is missing
+        eventually(lambda: seen == expected, "the reflector caught up", timeout=10, interval=0.05)
     done.set()
     make(core, "wake-up")  # ends the reflector's current watch
     t.join(10)
@@ -321,9 +321,8 @@ def test_bookmark_never_passes_an_event_still_queued(apiserver, k8s):
     t = threading.Thread(target=consume, args=(rv, 1))
     t.start()
     # The change must reach the open watch's queue, not its opening replay.
-    deadline = time.monotonic() + 5
-    while apiserver.call(lambda: store.watcher_count) == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: apiserver.call(lambda: store.watcher_count), "the open watch",
+               timeout=5, interval=0.01)
     make(core, "late")
     assert stalled.wait(5)
     t.join(10)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -132,19 +131,21 @@ def test_get_watch_streams_changes(kubectl, apiserver):
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines: list[str] = []
+
+    def read_until(name: str) -> None:
+        while name not in lines:
+            line = proc.stdout.readline()
+            assert line, f"kubectl get -w ended: {lines} {proc.stderr.read()}"
+            lines.append(line.strip())
+
     try:
-        time.sleep(1.0)
+        read_until("configmap/w0")  # the list is printed: what changes now comes by the watch
         kubectl(
             "create", "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: w1}\n"
         )
-        deadline = time.monotonic() + 20
-        lines = []
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            lines.append(line.strip())
-            if "w1" in line:
-                break
-        assert "configmap/w0" in lines and "configmap/w1" in lines
+        read_until("configmap/w1")
+        assert lines.index("configmap/w0") < lines.index("configmap/w1")
     finally:
         proc.kill()
         proc.wait()

@@ -217,8 +217,9 @@ def main() -> int:
     note = (
         "In-process simulated cluster (agents, IMEX daemons and fake nvidia-imex in one "
         f"process; {where}; the controller in a process of its own), fake "
-        "nvidia-imex start 0.5 s, one workload pod per node. Reference figures: reference "
-        "users.md section 2 (8 min for 256 pods), measured on real racks."
+        "nvidia-imex start 0.5 s, one workload pod per node. Reference figures: "
+        "https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/816 "
+        "(8 min for 256 pods), measured on real racks."
     )
     title = args.section or ("Time to ready (driver-managed, in-process"
                              + (", upstream control plane)" if upstream else ")"))

@@ -6,10 +6,10 @@ import argparse
 import asyncio
 import contextlib
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
+from eventually import eventually
 from kubernetes import client
 
 from api import names
@@ -66,14 +66,8 @@ class ControllerThread:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    """`eventually` (tests/eventually.py) with this module's defaults."""
+    return eventually(predicate, what, timeout=timeout)
 
 
 class Api:

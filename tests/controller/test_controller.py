@@ -98,8 +98,9 @@ def test_clique_entries_without_a_daemon_pod_are_pruned(controller, api):
 
 def test_a_lagging_pod_cache_never_prunes_a_live_daemon(api):
     """The pod cache can miss a daemon pod the clique cache already lists (a dropped watch,
-    a re-list): the reference then pruned live entries (sigs#1418). Only entries whose pod
-    the server itself does not have go."""
+    a re-list): the reference then pruned live entries
+    (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1418).
+    Only entries whose pod the server itself does not have go."""
     from controller.events import EventRecorder
     from controller.reconcile import Reconciler
 

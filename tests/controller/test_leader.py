@@ -1,15 +1,20 @@
-"""LeaderElector against the API emulator: exclusion, hand-over, expiry, conflicts, outages."""
+"""LeaderElector against the API emulator: exclusion, hand-over, expiry, conflicts, outages.
+
+The electors run on the virtual clock (tests/eventually.py), their clocks injected: periods,
+lease expiry and renew deadlines are virtual seconds, exact and free; the API calls (in
+threads) are real.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
+from eventually import eventually_async, run_virtual, virtual_loop
 from kubernetes import client
 
 from controller.leader import LeaderElector, format_micro_time, parse_time
@@ -36,12 +41,12 @@ class Exclusive:
             if self.holder is not None:
                 self.overlaps.append((self.holder, who))
             self.holder = who
-            self.starts.setdefault(who, []).append(time.monotonic())
+            self.starts.setdefault(who, []).append(now())
             try:
                 await body()
             finally:
                 self.holder = None
-                self.ends.setdefault(who, []).append(time.monotonic())
+                self.ends.setdefault(who, []).append(now())
 
         return lead
 
@@ -65,25 +70,31 @@ def read_lease(k8s: Any) -> dict[str, Any]:
     return json.loads(raw.data)
 
 
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
 def elector(api_client: Any, identity: str, **kwargs: Any) -> LeaderElector:
+    """An elector on the running virtual loop's clocks."""
+    loop = virtual_loop()
     return LeaderElector(
-        api_client, name=LEASE, namespace=NS, identity=identity, **{**FAST, **kwargs}
+        api_client,
+        name=LEASE,
+        namespace=NS,
+        identity=identity,
+        clock=loop.time,
+        wall_clock=loop.wall,
+        **{**FAST, **kwargs},
     )
 
 
 def arun(coro: Coroutine[Any, Any, T], timeout: float) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(timeout):
-            return await coro
-
-    return asyncio.run(bounded())
+    """Run on the virtual clock, bounded by `timeout` virtual seconds."""
+    return run_virtual(coro, timeout)
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+    await eventually_async(predicate, timeout=timeout, interval=0.01)
 
 
 def test_release_hands_over_at_once_and_fields_match_client_go(k8s, clients) -> None:
@@ -128,14 +139,15 @@ def test_standby_waits_for_expiry_when_leader_dies_without_release(k8s, clients)
         a_task = asyncio.create_task(a.run(flag.lead("a", forever().wait)))
         await wait_until(lambda: a.is_leader, 2)
         b_task = asyncio.create_task(b.run(flag.lead("b", forever().wait)))
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: b.holder == "a", 2)  # b tried, and found a holding it
+        await asyncio.sleep(0.3)  # virtual: b tried again at least once more
         assert not b.is_leader
         a_task.cancel()  # a crash: no release
         with pytest.raises(asyncio.CancelledError):
             await a_task
-        died = time.monotonic()
+        died = now()
         await wait_until(lambda: b.is_leader, 3)
-        took = time.monotonic() - died
+        took = now() - died
         b_task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await b_task
@@ -183,7 +195,7 @@ def test_conflicting_writer_is_handled_by_rereading(apiserver, k8s, clients) -> 
                 NS,
                 {"metadata": {"labels": {"touched": str(i)}}},
             )
-            await asyncio.sleep(0.03)
+            await asyncio.sleep(0.03)  # virtual clock: paces the writes over a few renewals
             assert a.is_leader
         # One more write right before lead() returns: the release meets a stale
         # resourceVersion too, and must still hand the lease back.
@@ -209,7 +221,7 @@ def test_server_errors_past_renew_deadline_cancel_lead(apiserver, k8s, clients) 
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
-            cancelled_at.append(time.monotonic())
+            cancelled_at.append(now())
             raise
 
     def faults(rate: float) -> None:
@@ -221,9 +233,9 @@ def test_server_errors_past_renew_deadline_cancel_lead(apiserver, k8s, clients) 
         a_task = asyncio.create_task(a.run(flag.lead("a", lead_forever)))
         await wait_until(lambda: a.is_leader, 2)
         b_task = asyncio.create_task(b.run(flag.lead("b", lambda: asyncio.sleep(0.1))))
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: b.holder == "a", 2)  # b is standing by
         faults(1.0)
-        broke = time.monotonic()
+        broke = now()
         assert await a_task is False  # leadership lost, not an error
         assert not a.is_leader
         lost_after = cancelled_at[0] - broke

@@ -1,4 +1,8 @@
-"""controller.render: the objects created per ComputeDomain, field for field (reference §2, §11)."""
+"""controller.render: the objects created per ComputeDomain, field for field.
+
+The fields are those of the reference's templates/*.tmpl.yaml as its controller fills them in
+(https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-controller).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from typing import Any
 import pytest
 
 from api import names
+from api.computedomain import StoredComputeDomain
 from api.featuregates import FeatureGates
+from api.objects import K8sObject
 from api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig, decode_config
 from controller.render import (
     RenderSettings,
@@ -43,7 +49,12 @@ REFERENCE_DEFAULT_GATES = (
 )
 
 
-def compute_domain(mode: str | None = "Single") -> dict[str, Any]:
+def compute_domain(mode: str | None = "Single") -> StoredComputeDomain:
+    """The CD as the controller reads it from its cache."""
+    return StoredComputeDomain.from_dict(compute_domain_json(mode))
+
+
+def compute_domain_json(mode: str | None = "Single") -> dict[str, Any]:
     channel: dict[str, Any] = {"resourceClaimTemplate": {"name": "rct"}}
     if mode is not None:
         channel["allocationMode"] = mode
@@ -75,7 +86,7 @@ def admitted(builtin: BuiltinSchemas, obj: dict[str, Any]) -> None:
     assert stored == expected
 
 
-# --- the §11 object set: ns1/cd (uid U), RCT name rct, driver namespace drv ------------------
+# --- one CD's object set: ns1/cd (uid U), RCT name rct, driver namespace drv -----------------
 
 
 def test_workload_claim_template_every_field() -> None:
@@ -328,7 +339,8 @@ def test_opaque_parameters_decode_with_the_plugins_strict_decoder() -> None:
     assert config.domain_id == U
 
 
-# --- allocation modes (§11 resourceclaimtemplate_test.go) ------------------------------------
+# --- allocation modes ------------------------------------------------------------------------
+# The reference's cases: https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-controller/resourceclaimtemplate_test.go
 
 
 @pytest.mark.parametrize(
@@ -398,13 +410,13 @@ def test_host_managed_renders_no_daemon_objects() -> None:
 def test_workload_template_needs_uid_namespace_and_name(
     path: tuple[str, ...], message: str
 ) -> None:
-    cd = compute_domain()
+    cd = compute_domain_json()
     parent = cd
     for key in path[:-1]:
         parent = parent[key]
     del parent[path[-1]]
     with pytest.raises(ValueError, match=message):
-        workload_claim_template(cd, settings())
+        workload_claim_template(StoredComputeDomain.from_dict(cd), settings())
 
 
 def test_daemon_objects_need_a_uid() -> None:
@@ -414,7 +426,8 @@ def test_daemon_objects_need_a_uid() -> None:
         daemon_claim_template("", settings())
 
 
-# --- pull secret names (§2.3) ----------------------------------------------------------------
+# --- pull secret names ------------------------------------------------------------------------
+# Parsed as the reference does: commas and whitespace separate names, empty ones are dropped.
 
 
 @pytest.mark.parametrize(
@@ -440,16 +453,16 @@ def test_parse_pull_secret_names(text: str | None, expected: tuple[str, ...]) ->
 
 
 def test_is_ours_checks_uid_and_target() -> None:
-    wl = workload_claim_template(compute_domain(), settings())
-    dm = daemon_claim_template(U, settings())
-    ds = daemon_set(U, settings())
+    wl = K8sObject.from_dict(workload_claim_template(compute_domain(), settings()))
+    dm = K8sObject.from_dict(daemon_claim_template(U, settings()))
+    ds = K8sObject.from_dict(daemon_set(U, settings()))
     assert is_ours(wl, U, names.TARGET_WORKLOAD)
     assert not is_ours(wl, U, names.TARGET_DAEMON)
     assert is_ours(dm, U, names.TARGET_DAEMON)
     assert is_ours(ds, U)
     assert not is_ours(ds, U, names.TARGET_DAEMON)  # the DaemonSet has no target label
     assert not is_ours(ds, "other-uid")
-    user_rct = {"metadata": {"name": "rct", "namespace": "ns1"}}  # same name, no labels
+    user_rct = K8sObject.from_dict({"metadata": {"name": "rct", "namespace": "ns1"}})  # no labels
     assert not is_ours(user_rct, U, names.TARGET_WORKLOAD)
     assert labels_of(user_rct) == {}
     assert cd_uid_of(user_rct) is None

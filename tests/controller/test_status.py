@@ -1,4 +1,8 @@
-"""controller.status: global status, status.nodes from cliques/pods, pruning (reference §4, §11)."""
+"""controller.status: global status, status.nodes from cliques/pods, pruning.
+
+The rules are the reference's cdstatus.go and `calculateGlobalStatus` in computedomain.go
+(https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/tree/main/cmd/compute-domain-controller).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from api.clique import ComputeDomainClique
+from api.computedomain import ComputeDomainNode
+from api.pod import Pod
 from controller.status import (
     global_status,
     group_by_cd,
@@ -17,7 +24,6 @@ from controller.status import (
     nodes_from_cliques,
     nodes_legacy,
     pod_node_names,
-    pod_ready,
     prune_clique_daemons,
     split_pods,
     status_body,
@@ -50,7 +56,7 @@ def pod(
     ready: bool = True,
     cd_uid: str = U,
     deleting: bool = False,
-) -> dict[str, Any]:
+) -> Pod:
     labels = {CD_LABEL: cd_uid}
     if clique is not None:
         labels[CLIQUE_LABEL] = clique
@@ -66,11 +72,11 @@ def pod(
     if ip is not None:
         status["podIP"] = ip
     spec = {"nodeName": node_name} if node_name is not None else {}
-    return {"metadata": metadata, "spec": spec, "status": status}
+    return Pod.from_dict({"metadata": metadata, "spec": spec, "status": status})
 
 
-def clique(clique_id: str, *daemons: dict[str, Any], cd_uid: str = U) -> dict[str, Any]:
-    return {
+def clique(clique_id: str, *daemons: dict[str, Any], cd_uid: str = U) -> ComputeDomainClique:
+    return ComputeDomainClique.from_dict({
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomainClique",
         "metadata": {
@@ -79,7 +85,12 @@ def clique(clique_id: str, *daemons: dict[str, Any], cd_uid: str = U) -> dict[st
             "labels": {CD_LABEL: cd_uid, CLIQUE_LABEL: clique_id},
         },
         "daemons": list(daemons),
-    }
+    })
+
+
+def read(*entries: dict[str, Any]) -> list[ComputeDomainNode]:
+    """`status.nodes` entries as the controller reads them from a ComputeDomain."""
+    return [ComputeDomainNode.from_dict(e) for e in entries]
 
 
 def daemon(node_name: str, ip: str, clique_id: str, index: int, status: str | None = READY):
@@ -94,7 +105,8 @@ def daemon(node_name: str, ip: str, clique_id: str, index: int, status: str | No
     return entry
 
 
-# --- global status (§4.1, §11 computedomain_test.go) -----------------------------------------
+# --- global status ---------------------------------------------------------------------------
+# With the reference's cases: https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/cmd/compute-domain-controller/computedomain_test.go
 
 
 def test_host_managed_with_num_nodes_8_and_no_nodes_is_ready() -> None:
@@ -170,13 +182,14 @@ def test_split_pods_by_the_clique_label() -> None:
     assert split_pods([starting, fabric, non_fabric]) == ([starting, fabric], [non_fabric])
     assert [is_non_fabric_pod(p) for p in (starting, fabric, non_fabric)] == [False, False, True]
     assert split_pods([]) == ([], [])
-    assert split_pods([{}]) == ([{}], [])
+    empty = Pod.from_dict({})
+    assert split_pods([empty]) == ([empty], [])
 
 
 def test_pod_ready_and_node_names() -> None:
-    assert pod_ready(pod("p", "n", "ip"))
-    assert not pod_ready(pod("p", "n", "ip", ready=False))
-    assert not pod_ready({})
+    assert pod("p", "n", "ip").ready
+    assert not pod("p", "n", "ip", ready=False).ready
+    assert not Pod.from_dict({}).ready
     assert pod_node_names([pod("a", "n1", None), pod("b", None, None), pod("c", "n1", "x")]) == {
         "n1"
     }
@@ -185,15 +198,15 @@ def test_pod_ready_and_node_names() -> None:
 def test_group_by_cd_skips_unlabeled_and_empty() -> None:
     a, b = pod("a", "n1", "x"), pod("b", "n2", "y", cd_uid="V")
     empty = pod("c", "n3", "z", cd_uid="")
-    unlabeled: dict[str, Any] = {"metadata": {"name": "d"}}
+    unlabeled = Pod.from_dict({"metadata": {"name": "d"}})
     assert group_by_cd([a, b, empty, unlabeled]) == {U: [a], "V": [b]}
 
 
-# --- status.nodes with the cliques gate on (§4.2) --------------------------------------------
+# --- status.nodes with the cliques gate on ---------------------------------------------------
 
 
 def test_clique_plus_non_fabric_pod_example() -> None:
-    """§11: clique drv/U.c1 with n1, plus a ready non-fabric daemon pod on n2."""
+    """Clique drv/U.c1 with n1, plus a ready non-fabric daemon pod on n2 (index -1)."""
     cliques = [clique("c1", daemon("n1", "10.0.0.1", "c1", 0))]
     pods = [
         pod("d1", "n1", "10.0.0.1", clique="c1"),
@@ -254,7 +267,7 @@ def test_order_is_deterministic() -> None:
 def test_no_cliques_and_no_pods_clears_the_list() -> None:
     assert nodes_from_cliques([], []) == []
     assert nodes_from_cliques([clique("c1")], []) == []
-    assert nodes_from_cliques([{"metadata": {}}], []) == []
+    assert nodes_from_cliques([ComputeDomainClique.from_dict({"metadata": {}})], []) == []
 
 
 def test_duplicate_node_names_are_collapsed() -> None:
@@ -273,7 +286,7 @@ def test_duplicate_node_names_are_collapsed() -> None:
     assert got[0]["cliqueID"] == "c1"  # the clique entry wins
 
 
-# --- status.nodes with the cliques gate off (§4.2 legacy) ------------------------------------
+# --- status.nodes with the cliques gate off (legacy) -----------------------------------------
 
 
 def test_legacy_keeps_entries_whose_ip_matches_a_fabric_pod() -> None:
@@ -286,7 +299,7 @@ def test_legacy_keeps_entries_whose_ip_matches_a_fabric_pod() -> None:
         pod("d1", "n1", "10.0.0.1", clique="c1"),
         pod("d2", "n2", "10.0.0.2", clique="", ready=False),
     ]
-    assert nodes_legacy(existing, pods) == [
+    assert nodes_legacy(read(*existing), pods) == [
         node("n1", ip="10.0.0.1", clique="c1", index=0),
         {"name": "n2", "ipAddress": "10.0.0.2", "cliqueID": "", "index": -1, "status": NOT_READY},
     ]
@@ -294,28 +307,28 @@ def test_legacy_keeps_entries_whose_ip_matches_a_fabric_pod() -> None:
 
 def test_legacy_ip_of_a_non_fabric_pod_does_not_keep_a_fabric_entry() -> None:
     existing = [node("n1", ip="10.0.0.1", clique="c1")]
-    assert nodes_legacy(existing, [pod("d", "n9", "10.0.0.1", clique="")]) == [
+    assert nodes_legacy(read(*existing), [pod("d", "n9", "10.0.0.1", clique="")]) == [
         {"name": "n9", "ipAddress": "10.0.0.1", "cliqueID": "", "index": -1, "status": READY}
     ]
 
 
 def test_legacy_unlabeled_pod_counts_as_fabric() -> None:
     existing = [node("n1", ip="10.0.0.1", clique="c1")]
-    assert nodes_legacy(existing, [pod("d", "n1", "10.0.0.1")]) == existing
+    assert nodes_legacy(read(*existing), [pod("d", "n1", "10.0.0.1")]) == existing
 
 
 def test_legacy_does_not_change_its_input() -> None:
-    existing = [node("n1", ip="10.0.0.1", clique="c1")]
+    existing = read(node("n1", ip="10.0.0.1", clique="c1"))
     got = nodes_legacy(existing, [pod("d", "n1", "10.0.0.1")])
     got[0]["status"] = NOT_READY
-    assert existing[0]["status"] == READY
+    assert existing[0].status == READY
 
 
 def test_legacy_with_no_pods_clears_everything() -> None:
-    assert nodes_legacy([node("n1"), node("n2", clique="")], []) == []
+    assert nodes_legacy(read(node("n1"), node("n2", clique="")), []) == []
 
 
-# --- equality (§4.2 step 7) ------------------------------------------------------------------
+# --- equality: status is written only when the node list changed -----------------------------
 
 
 def test_nodes_equal_ignores_order() -> None:
@@ -368,7 +381,7 @@ def test_nodes_equal_to_any_shuffle(nodes: list[dict[str, Any]], seed: int) -> N
     assert nodes_equal(shuffled, nodes)
 
 
-# --- clique pruning (§4.3) ---------------------------------------------------------------------
+# --- clique pruning ----------------------------------------------------------------------------
 
 
 def test_prune_drops_nodes_without_a_daemon_pod() -> None:
@@ -379,14 +392,14 @@ def test_prune_drops_nodes_without_a_daemon_pod() -> None:
     )
     pods = [pod("d1", "n1", "10.0.0.1", clique="c1")]
     assert prune_clique_daemons(c, pod_node_names(pods)) == [daemon("n1", "10.0.0.1", "c1", 0)]
-    assert len(c["daemons"]) == 2  # the input is left alone
+    assert len(c.daemons or []) == 2  # the input is left alone
 
 
 def test_prune_returns_none_when_nothing_changes() -> None:
     c = clique("c1", daemon("n1", "10.0.0.1", "c1", 0))
     assert prune_clique_daemons(c, {"n1", "n2"}) is None
     assert prune_clique_daemons(clique("c1"), set()) is None
-    assert prune_clique_daemons({"metadata": {}}, set()) is None
+    assert prune_clique_daemons(ComputeDomainClique.from_dict({"metadata": {}}), set()) is None
 
 
 def test_prune_to_empty() -> None:

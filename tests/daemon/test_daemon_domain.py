@@ -6,14 +6,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from eventually import eventually
 from kubernetes import client
 
 from api import names
@@ -28,13 +29,7 @@ CLIQUE = "0f2a6e3c-1111-2222-3333-444455556666.3"
 
 
 def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return eventually(predicate, what, timeout=timeout, interval=0.05)
 
 
 class Daemon:
@@ -47,6 +42,7 @@ class Daemon:
         node: int,
         core: client.CoreV1Api,
         gates: str = "",
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.node = f"n{node}"
         self.ip = f"127.0.1.{100 + node}"
@@ -88,6 +84,7 @@ class Daemon:
             "FAKE_IMEX_HEARTBEAT": "0.2",
             "IMEX_POLL_INTERVAL": "0.2",
             "FEATURE_GATES": gates,
+            **(extra_env or {}),
         }
         self.respawn()
 
@@ -312,9 +309,13 @@ def test_ip_mode_waits_for_num_nodes_then_lists_peer_ips(apiserver, k8s, project
     gates = "IMEXDaemonsWithDNSNames=false,ComputeDomainCliques=false"
     daemons = []
     try:
-        first = Daemon(tmp_path, kubeconfig, bins, cd, 1, core, gates=gates)
+        # V(5) logs each count of the joined nodes the daemon waits on.
+        first = Daemon(tmp_path, kubeconfig, bins, cd, 1, core, gates=gates,
+                       extra_env={"LOG_VERBOSITY": "5"})
         daemons.append(first)
-        time.sleep(1.5)
+        log = first.dir / "daemon.log"
+        wait_for(lambda: b"numNodes: 2, nodes seen: 1" in log.read_bytes(),
+                 what="the first daemon counting itself alone")
         assert not first.state.exists(), "IMEX must wait until numNodes daemons joined"
         second = Daemon(tmp_path, kubeconfig, bins, cd, 2, core, gates=gates)
         daemons.append(second)
@@ -327,6 +328,11 @@ def test_ip_mode_waits_for_num_nodes_then_lists_peer_ips(apiserver, k8s, project
             what="IP nodes config",
         )
         wait_for(lambda: first.imex().get("state") == "READY", what="IMEX started")
+        text = log.read_text()
+        started = re.search(r"Start: \S*nvidia-imex", text)
+        assert started and "nodes seen: 2" in text[: started.start()], (
+            "IMEX started before the second daemon joined"
+        )
     finally:
         for d in daemons:
             d.stop()

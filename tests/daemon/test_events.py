@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from eventually import eventually_async
 from kubernetes.client.rest import ApiException
 
 from agent.daemon.events import (
@@ -136,8 +137,7 @@ def test_unexpected_exit_reports_code_and_restart_number(tmp_path: Path):
 
     async def scenario() -> None:
         await imex.ensure_started()
-        while len(crashes) < 3:
-            await asyncio.sleep(0.02)
+        await eventually_async(lambda: len(crashes) >= 3, "three crashes")
         await imex.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 10))

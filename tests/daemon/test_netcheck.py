@@ -1,4 +1,5 @@
-"""Netcheck asks the kernel whether POD_IP is ours (sigs#289)."""
+"""Netcheck asks the kernel whether POD_IP is ours
+(https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/289)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def test_loopback_addresses_are_local(ip: str) -> None:
 
 
 def test_test_net_address_is_not_local() -> None:
-    with pytest.raises(NotLocalError, match=r"192\.0\.2\.55 .*sigs#289.*POD_IP"):
+    with pytest.raises(NotLocalError, match=r"192\.0\.2\.55 .*/issues/289\).*POD_IP"):
         check_local_address("192.0.2.55")
 
 

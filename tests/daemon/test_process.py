@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
+from eventually import eventually_async, run_virtual
 
 from agent.daemon.process import ImexProcess, ImexStartError, find_stray, kill_stray
 from sim.fakeimex.install import install
@@ -48,7 +49,8 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
 
 
 def fake_imex_config(root: Path, address: str) -> Path:
-    """A one-node config shaped like the driver's template (daemon.md section 4)."""
+    """A one-node config shaped like the driver's template
+    (agent/templates/compute-domain-daemon-config.tmpl.cfg)."""
     (root / "nodes.cfg").write_text(f"{address}\n")
     (root / "hosts").write_text("127.0.0.1\tlocalhost\n")
     values = {
@@ -66,14 +68,6 @@ def fake_imex_config(root: Path, address: str) -> Path:
     path = root / "imexd.cfg"
     path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
     return path
-
-
-async def eventually(check, timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not met within {timeout}s")
-        await asyncio.sleep(0.02)
 
 
 def dead(pid: int) -> bool:
@@ -120,9 +114,11 @@ def test_fake_imex_start_reload_stop(tmp_path, bins, caplog):
             pid = imex.pid
             assert imex.running and pid is not None
             assert await imex.ensure_started() is False  # already running
-            await eventually(lambda: read_state(state_file).get("state") == "READY", what="READY")
+            await eventually_async(lambda: read_state(state_file).get("state") == "READY", "READY")
             assert await imex.signal_reload() is True
-            await eventually(lambda: read_state(state_file).get("reload_count") == 1, what="reload")
+            await eventually_async(
+                lambda: read_state(state_file).get("reload_count") == 1, "reload"
+            )
         finally:
             await imex.stop()
         await imex.stop()  # idempotent
@@ -137,15 +133,18 @@ def test_fake_imex_start_reload_stop(tmp_path, bins, caplog):
     assert any(m.startswith(f"nvidia-imex[{pid}]: ") and "SIGUSR1" in m for m in forwarded)
 
 
-def test_sigkill_escalation_for_a_child_ignoring_sigterm(tmp_path):
+def test_sigkill_escalation_for_a_child_ignoring_sigterm(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
     child = script(tmp_path, "stubborn", "trap '' TERM\necho armed\nsleep 100\n")
     imex = ImexProcess([str(child)], grace=0.3, log_prefix="stubborn")
 
     async def scenario() -> list[int]:
         await imex.ensure_started()
-        await eventually(lambda: len(psutil.Process(imex.pid).children()) == 1, what="sleep")
+        # The trap is set before the shell says `armed` and starts `sleep`.
+        await eventually_async(lambda: re.search(r"stubborn\[\d+\]: armed", caplog.text),
+                               "armed")
+        await eventually_async(lambda: len(psutil.Process(imex.pid).children()) == 1, "sleep")
         grandchildren = [p.pid for p in psutil.Process(imex.pid).children()]
-        await asyncio.sleep(0.05)  # let the shell reach `sleep` with the trap set
         started = time.monotonic()
         await imex.stop()
         assert 0.25 < time.monotonic() - started < 3
@@ -173,16 +172,19 @@ def test_crash_loop_backs_off_and_forwards_last_line(tmp_path, caplog):
         rng=random.Random(7),
     )
 
+    def exits() -> int:
+        return sum("exited with code 3" in r.getMessage() for r in caplog.records)
+
     async def scenario() -> None:
         await imex.ensure_started()
-        await asyncio.sleep(1.5)
+        # Five runs and their exits: the watchdog now waits out its fourth back-off.
+        await eventually_async(lambda: exits() >= 5, "five crashes")
         await imex.stop()
 
     run(scenario())
     times = [float(t) for t in starts.read_text().split()]
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    # A hot loop would start it hundreds of times in 1.5 s.
-    assert 3 <= imex.restarts <= 8 and len(times) == imex.restarts + 1, gaps
+    assert imex.restarts >= 4 and len(times) == imex.restarts + 1, gaps
     assert imex.last_exit == 3 and no_children()
     assert all(0.03 < g < 0.4 + 0.3 for g in gaps), gaps
     assert all(b >= a * 0.75 for a, b in itertools.pairwise(gaps)), gaps
@@ -212,7 +214,7 @@ def test_ensure_started_does_not_defeat_the_backoff(tmp_path):
 
     async def scenario() -> None:
         assert await imex.ensure_started() is True
-        await eventually(lambda: imex.restart_pending, what="backoff")
+        await eventually_async(lambda: imex.restart_pending, what="backoff")
         assert await imex.ensure_started() is False
         await imex.stop()
         assert not imex.restart_pending
@@ -233,7 +235,7 @@ def test_output_forwarding_keeps_every_line(tmp_path, caplog):
 
     async def scenario() -> None:
         await imex.ensure_started()  # the child may be done before `pid` can be read
-        await eventually(lambda: imex.last_exit is not None, what="exit")
+        await eventually_async(lambda: imex.last_exit is not None, what="exit")
         await imex.stop()
 
     run(scenario())
@@ -332,8 +334,9 @@ def test_missing_binary_is_a_start_error(tmp_path):
 
 def test_reloads_are_coalesced_to_one_per_interval():
     """A burst of peer changes costs one SIGUSR1 now and one at the end of the interval;
-    a stop cancels the deferred one."""
+    a stop cancels the deferred one. On the virtual clock: the interval is exact."""
     sent: list[int] = []
+    sent_at: list[float] = []
 
     class Child:
         stdout = stderr = None
@@ -349,6 +352,7 @@ def test_reloads_are_coalesced_to_one_per_interval():
 
         def send_signal(self, sig: int) -> None:
             sent.append(sig)
+            sent_at.append(asyncio.get_running_loop().time())
             if sig == signal.SIGTERM:
                 self.returncode = 0
                 self._exited.set()
@@ -370,8 +374,9 @@ def test_reloads_are_coalesced_to_one_per_interval():
         for _ in range(5):
             assert await imex.signal_reload() is True
         assert sent == [signal.SIGUSR1]
-        await eventually(lambda: len(sent) == 2, what="the deferred SIGUSR1")
+        await eventually_async(lambda: len(sent) == 2, what="the deferred SIGUSR1")
         assert sent == [signal.SIGUSR1, signal.SIGUSR1]
+        assert sent_at[1] - sent_at[0] == pytest.approx(0.3)  # at the end of the interval
         assert (imex.reloads_sent, imex.reloads_coalesced) == (2, 4)
         assert await imex.signal_reload() is True  # within the interval again: deferred
         deferred = imex._child.reload_later if imex._child else None
@@ -380,4 +385,4 @@ def test_reloads_are_coalesced_to_one_per_interval():
         assert deferred.cancelled()  # the stopped child gets no late SIGUSR1
         assert sent == [signal.SIGUSR1, signal.SIGUSR1, signal.SIGTERM]
 
-    run(scenario())
+    run_virtual(scenario())

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Coroutine, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from eventually import eventually_async, run_virtual
 
 from agent.daemon.readiness import (
     ReadinessPoller,
@@ -95,14 +96,17 @@ def imex(tmp_path: Path) -> Iterator[Imex]:
 async def states_until(imex: Imex, final: str, timeout: float = 8.0) -> list[str]:
     """Distinct states seen, polling quickly, until `final` shows."""
     seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    while not seen or seen[-1] != final:
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {final} within {timeout}s; saw {seen}")
+
+    async def reached() -> bool:
         state = await query_state(imex.ctl, str(imex.config))
         if not seen or seen[-1] != state:
             seen.append(state)
-        await asyncio.sleep(0.03)
+        return state == final
+
+    try:
+        await eventually_async(reached, final, timeout=timeout, interval=0.03)
+    except AssertionError:
+        pytest.fail(f"no {final} within {timeout}s; saw {seen}")
     return seen
 
 
@@ -149,29 +153,39 @@ def test_missing_tool_or_config(imex, tmp_path, capsys):
 
 def test_poller_reports_transitions_only(imex):
     events: list[tuple[bool, str]] = []
+    polls = 0
 
     async def on_change(ready: bool, state: str) -> None:
         events.append((ready, state))
 
+    def on_poll(ready: bool, state: str) -> None:
+        nonlocal polls
+        polls += 1
+
+    async def more_polls(n: int) -> None:
+        """Until the poller has polled `n` more times (each could have reported a change)."""
+        target = polls + n
+        await eventually_async(lambda: polls >= target, f"{n} more polls", timeout=10)
+
     async def scenario() -> None:
         poller = ReadinessPoller(
-            partial(query_state, imex.ctl, str(imex.config)), on_change, interval=0.05
+            partial(query_state, imex.ctl, str(imex.config)),
+            on_change,
+            interval=0.05,
+            on_poll=on_poll,
         )
         task = asyncio.create_task(poller.run())
         try:
-            while not events:
-                await asyncio.sleep(0.02)
+            await eventually_async(lambda: events, "the first report")
             proc = imex.start(FAKE_IMEX_START_DELAY=0.3)
-            while len(events) < 2:
-                await asyncio.sleep(0.02)
+            await eventually_async(lambda: len(events) >= 2, "READY reported")
             assert poller.ready is True and poller.state == "READY"
-            await asyncio.sleep(0.3)  # still READY: no further calls
+            await more_polls(2)  # still READY: no further calls
             assert len(events) == 2
             proc.send_signal(signal.SIGTERM)
             await asyncio.to_thread(proc.wait, 5)
-            while len(events) < 3:
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.2)
+            await eventually_async(lambda: len(events) >= 3, "NotReady reported")
+            await more_polls(2)  # still not READY: no further calls
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -252,3 +266,36 @@ def test_poller_refuses_a_threshold_below_one():
 
     with pytest.raises(ValueError, match="at least 1"):
         ReadinessPoller(query, on_change, failures_to_not_ready=0)
+
+
+def test_poller_polls_every_interval_and_at_once_when_poked():
+    """On the virtual clock: the interval is exact, and poke() or mark_down() polls now."""
+    polled_at: list[float] = []
+    answers = iter(["READY"] * 4 + ["UNAVAILABLE"] * 3)
+
+    async def query() -> str:
+        polled_at.append(asyncio.get_running_loop().time())
+        return next(answers)
+
+    async def on_change(ready: bool, state: str) -> None:
+        return None
+
+    async def scenario() -> None:
+        poller = ReadinessPoller(query, on_change, interval=30)
+        task = asyncio.create_task(poller.run())
+        try:
+            await eventually_async(lambda: len(polled_at) == 3, "three polls", timeout=90)
+            poller.poke()
+            await eventually_async(lambda: len(polled_at) == 4, "the poked poll", timeout=1)
+            await eventually_async(lambda: len(polled_at) == 5, "the next poll", timeout=40)
+            assert poller.ready is True  # one failure: held READY
+            poller.mark_down()
+            await eventually_async(lambda: poller.ready is False, "NotReady", timeout=1)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    run_virtual(scenario())
+    gaps = [b - a for a, b in itertools.pairwise(polled_at)]
+    assert gaps[:2] == pytest.approx([30, 30])
+    assert gaps[2] < 1 and gaps[3] == pytest.approx(30) and gaps[4] < 1

@@ -10,10 +10,11 @@ systemd agent's is; a DaemonSet pod's carries the node too), a daemon's bound to
 
 from __future__ import annotations
 
-import time
+import contextlib
 from typing import Any
 
 import pytest
+from eventually import eventually
 from harness import Answer, Pair, Server
 
 from api import names
@@ -109,15 +110,17 @@ class Identities:
                                      "deviceClassName": names.DEVICE_CLASS_DAEMON}}]}}},
                              "admin"),
         }
-        deadline = time.monotonic() + 60
-        while probes and time.monotonic() < deadline:
+        def enforced() -> bool:
             for name, (method, path, body, user) in list(probes.items()):
                 answer = self.server.send(
                     method, path, body, user=user, query={"dryRun": "All"},
                     **({"content_type": MERGE} if method == "PATCH" else {}))
                 if answer.code == 403:
                     del probes[name]
-            time.sleep(0.3)
+            return not probes
+
+        with contextlib.suppress(AssertionError):  # the assertion below names what is left
+            eventually(enforced, "every policy enforced", timeout=60, interval=0.3)
         assert not probes, f"{self.server.name}: policies not enforced: {sorted(probes)}"
 
 

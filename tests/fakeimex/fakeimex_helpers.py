@@ -12,12 +12,12 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import eventually
 
 
 def free_port() -> int:
@@ -52,7 +52,8 @@ class Domain:
         self.nodes.write_text("".join(f"{n}\n" for n in names))
 
     def config(self, name: str, address: str = "", **overrides: object) -> Path:
-        """A config shaped like the driver's template (daemon.md section 4)."""
+        """A config shaped like the driver's template
+        (agent/templates/compute-domain-daemon-config.tmpl.cfg)."""
         values: dict[str, object] = {
             "LOG_LEVEL": 4,
             "LOG_FILE_NAME": "",
@@ -116,8 +117,8 @@ class Domain:
         self, name: str, check: Callable[[dict[str, Any]], bool], timeout: float = 5.0
     ) -> dict[str, Any]:
         """Poll the daemon's state file until `check` holds."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def holds() -> dict[str, Any] | None:
             state = self.state(name)
             try:
                 if state is not None and check(state):
@@ -127,9 +128,12 @@ class Domain:
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is not None:
                 pytest.fail(f"{name} exited with {proc.returncode}:\n{self.log(name)}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"{name}: condition not met in {timeout}s; state {state}")
-            time.sleep(0.02)
+            return None
+
+        try:
+            return eventually(holds, f"{name}'s state", timeout=timeout)
+        except AssertionError:
+            pytest.fail(f"{name}: condition not met in {timeout}s; state {self.state(name)}")
 
     def wait_ready(self, name: str, domain: str | None = None) -> dict[str, Any]:
         return self.wait(

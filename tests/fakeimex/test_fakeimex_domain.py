@@ -9,6 +9,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+from eventually import eventually
 from fakeimex_helpers import Domain, free_port, ip
 
 NAMES = ["imex-node-0", "imex-node-1", "imex-node-2"]
@@ -76,8 +78,12 @@ def test_unresolved_peer_degrades_until_hosts_entry_and_sigusr1(domain: Domain):
 
     domain.write_hosts({name: ip(n + 1) for n, name in enumerate(names)})
     domain.start("imex-node-3", domain.config("imex-node-3", ip(4)), FAKE_IMEX_RELOAD_INTERVAL=0)
-    domain.wait_ready("imex-node-3", "UP")  # it read the full hosts file at start
-    time.sleep(0.4)  # the others do not re-resolve on their own
+    # It read the full hosts file at start and is connected to every peer: node 0 answered
+    # its hello. Node 0 answers the query below only after that, and does not re-resolve
+    # on its own (neither on node 3's call nor otherwise).
+    domain.wait_ready("imex-node-3", "UP")
+    status = json.loads(domain.ctl("-i", ip(1), str(domain.cmd_port), "-N", "-j").stdout)
+    assert status["status"] == "DEGRADED"
     assert domain.state("imex-node-0")["domain_status"] == "DEGRADED"
 
     for name in NAMES:
@@ -115,20 +121,26 @@ def test_never_ready_holds_the_chosen_state(domain: Domain):
     cfg = domain.config("stuck", ip(1))
     domain.start("stuck", cfg, FAKE_IMEX_NEVER_READY=1, FAKE_IMEX_HOLD_STATE="WAITING_FOR_RECOVERY")
     domain.wait("stuck", lambda s: s["state"] == "WAITING_FOR_RECOVERY")
-    time.sleep(0.3)
+    # Where it would go on to READY it says it stays instead.
+    eventually(lambda: "FAKE_IMEX_NEVER_READY=1: staying in" in domain.log("stuck"),
+               "the daemon deciding to stay")
     query = domain.ctl("-c", str(cfg), "-q")
     assert (query.returncode, query.stdout) == (0, "WAITING_FOR_RECOVERY\n")
 
 
 def test_full_quorum_waits_for_every_peer(domain: Domain):
     domain.write_nodes([ip(1), ip(2)])
-    domain.start("a", domain.config("a", ip(1), IMEX_WAIT_FOR_QUORUM="FULL"))
+    cfg = domain.config("a", ip(1), IMEX_WAIT_FOR_QUORUM="FULL")
+    domain.start("a", cfg)
     domain.wait("a", lambda s: s["state"] == "WAITING_FOR_PEERS")
-    time.sleep(0.3)
-    assert domain.state("a")["state"] == "WAITING_FOR_PEERS"
+    assert domain.ctl("-c", str(cfg), "-q").stdout == "WAITING_FOR_PEERS\n"
     domain.start("b", domain.config("b", ip(2), IMEX_WAIT_FOR_QUORUM="FULL"))
     domain.wait_ready("a", "UP")
     domain.wait_ready("b", "UP")
+    # a left WAITING_FOR_PEERS only once it was connected to b.
+    log = domain.log("a")
+    left = log.index("WAITING_FOR_PEERS -> ")
+    assert "Connection established to node 1 " in log[:left], log
 
 
 def test_crash_after_exits_1_and_exit_code_knob(domain: Domain):
@@ -230,11 +242,18 @@ def test_sigusr1_is_acted_on_at_most_once_per_interval(domain: Domain):
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.05)
     domain.wait("a", lambda s: s["reload_count"] == 1)
-    time.sleep(0.2)
-    assert domain.state("a")["reload_count"] == 1  # the others wait for the interval, coalesced
+    # The others wait for the interval, coalesced: the second is deferred, the third is
+    # folded into it (both signals were sent before the first reload was seen).
+    eventually(lambda: "SIGUSR1 received: reload deferred" in domain.log("a"), "the deferral")
+    assert domain.state("a")["reload_count"] == 1
     domain.wait("a", lambda s: s["reload_count"] == 2)
-    time.sleep(0.7)
-    assert domain.state("a")["reload_count"] == 2
+    # One more within the next interval: deferred to its end, so the third reload ends the
+    # window in which a stray reload of the burst would have come.
+    proc.send_signal(signal.SIGUSR1)
+    domain.wait("a", lambda s: s["reload_count"] >= 3)
+    log = domain.log("a")
+    assert log.count("reload deferred") == 2 and log.count("re-resolving peer names") == 3, log
+    assert domain.state("a")["reload_count"] == 3
 
 
 def test_daemonize_forks_and_the_launcher_returns_0(domain: Domain):
@@ -263,10 +282,13 @@ def test_sigusr1_during_start_up_does_not_kill_it(domain: Domain):
     proc = domain.start("early", domain.config("early", ip(1)))
     # From the launcher's `trap` on (bash's first ms, like a real binary's first µs).
     usr1 = 1 << (signal.SIGUSR1 - 1)
-    deadline = time.monotonic() + 5
-    while not int(_proc_status(proc.pid, "SigIgn") or "0", 16) & usr1:
-        assert time.monotonic() < deadline and proc.poll() is None, "SIGUSR1 never ignored"
-        time.sleep(0.001)
+
+    def ignored() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"exited with {proc.returncode} before ignoring SIGUSR1")
+        return bool(int(_proc_status(proc.pid, "SigIgn") or "0", 16) & usr1)
+
+    eventually(ignored, "SIGUSR1 ignored", timeout=5, interval=0.001)
     for _ in range(100):
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.005)

@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import grpc
 import pytest
+from eventually import eventually
 from plugin_env import Kubelet, NodeEnv
 
 from api import names
@@ -103,15 +103,18 @@ def test_frozen_plugin_registers_serves_and_stops_cleanly(
                                 env=BARE_ENV, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err)
     kubelet = Kubelet(node)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no registration: " + log.read_text()[-3000:]
+        def registered() -> object:
+            if proc.poll() is not None:
+                pytest.fail(log.read_text()[-3000:])
             try:
-                info = kubelet.get_info(timeout=0.5)
-                break
+                return kubelet.get_info(timeout=0.5)
             except grpc.RpcError:
-                time.sleep(0.05)
+                return None
+
+        try:
+            info = eventually(registered, "registration", timeout=60, interval=0.05)
+        except AssertionError:
+            raise AssertionError("no registration: " + log.read_text()[-3000:]) from None
         assert info.name == names.DRIVER_NAME
         assert info.endpoint == str(node.dra_socket)
         kubelet.notify(True)

@@ -223,6 +223,7 @@ def _create_cd(admin: client.ApiClient, name: str) -> dict[str, Any]:
 
 
 def test_controller_service_account(secured: dict[str, client.ApiClient]) -> None:
+    from api.computedomain import StoredComputeDomain
     from controller.render import (
         RenderSettings,
         daemon_claim_template,
@@ -247,8 +248,8 @@ def test_controller_service_account(secured: dict[str, client.ApiClient]) -> Non
     cd = custom.patch_namespaced_custom_object(
         names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS, "ctrl",
         {"metadata": {"finalizers": [names.FINALIZER]}})
-    resource.create_namespaced_resource_claim_template(USER_NS,
-                                                       workload_claim_template(cd, settings))
+    resource.create_namespaced_resource_claim_template(
+        USER_NS, workload_claim_template(StoredComputeDomain.from_dict(cd), settings))
     resource.create_namespaced_resource_claim_template(DRIVER_NS,
                                                        daemon_claim_template(uid, settings))
     ds = daemon_set(uid, settings)
@@ -287,6 +288,7 @@ def test_kubelet_plugin_service_account(secured: dict[str, client.ApiClient]) ->
     from agent.plugin.claimevents import ClaimEvents
     from agent.plugin.nodeops import NodeOps
     from agent.plugin.slices import SlicePublisher
+    from api.resourceclaim import ResourceClaim
     from runtime.events import EventRecorder
 
     sa = secured[SA_PLUGIN]
@@ -305,9 +307,9 @@ def test_kubelet_plugin_service_account(secured: dict[str, client.ApiClient]) ->
         await ops.remove_cd_label("0f3c2a9e-1b2c-4d5e-8f90-123456789abc")
         # Events on a workload pod in a user namespace, written by the plugin's own code.
         recorder = EventRecorder(sa, names.EVENT_COMPONENT_PLUGIN, "node-1")
-        ClaimEvents(recorder, "node-1").failed(
+        ClaimEvents(recorder, "node-1").failed(ResourceClaim.from_dict(
             {"metadata": {"name": "c", "namespace": USER_NS, "uid": "claim-uid"},
-             "status": {"reservedFor": [{"resource": "pods", "name": "wl", "uid": "pod-uid"}]}},
+             "status": {"reservedFor": [{"resource": "pods", "name": "wl", "uid": "pod-uid"}]}}),
             "prepare failed")
         await recorder.close()
         return published

@@ -8,11 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import grpc
-from plugin_env import Kubelet, NodeEnv
+from plugin_env import NodeEnv, answering
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,20 +52,8 @@ class ForkedAgent:
         self.log = env.root / "agent.log"
         self.pid = zygote.ask({"op": "spawn", "args": args, "log": str(self.log)})["pid"]
         self.code: int | None = None
-        kubelet = Kubelet(env)
-        deadline = time.monotonic() + 60
-        while True:
-            if self.poll() is not None:
-                raise AssertionError(f"agent exited {self.code}: {self.log.read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError("agent did not start: " + self.log.read_text()[-3000:])
-            try:
-                # A killed agent leaves its socket files behind: wait until this one answers.
-                kubelet.get_info(timeout=0.5)
-                kubelet.prepare([], timeout=0.5)
-                return
-            except grpc.RpcError:
-                time.sleep(0.01)
+        # A killed agent leaves its socket files behind: wait until this one answers.
+        answering(env, self.poll, self.log, timeout=60, interval=0.01)
 
     def poll(self, timeout: float = 0) -> int | None:
         if self.code is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import eventually
 from kubernetes import client
 from plugin_env import (
     DRIVER_NS,
@@ -266,14 +267,13 @@ def test_a_missing_resourceslice_create_is_named_in_the_log(secured, short_dir, 
     _drop_verb(admin, "resourceslices", "create")
     agent = AgentProcess(node, kubeconfig)
     try:
-        deadline = time.monotonic() + 20  # publishing runs after the agent says it is ready
-        while True:
-            log = agent.log.read_text()
-            found = [ln for ln in log.splitlines() if "ResourceSlice" in ln and "failed" in ln]
-            if found or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        [line] = found[:1]
+        def failures() -> list[str]:
+            return [ln for ln in agent.log.read_text().splitlines()
+                    if "ResourceSlice" in ln and "failed" in ln]
+
+        # Publishing runs after the agent says it is ready.
+        line = eventually(failures, "the failed publish in the log", timeout=20, interval=0.1)[0]
+        log = agent.log.read_text()
         assert "403" in line and 'cannot create resource "resourceslices"' in line, line
         assert "HTTP response headers" not in log and "Traceback" not in log, log[-3000:]
     finally:

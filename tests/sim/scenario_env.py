@@ -4,11 +4,11 @@ API (as an admin) and the nodes' published container views."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eventually import eventually_async
 from kubernetes import client
 
 from api import names
@@ -79,14 +79,29 @@ async def eventually(
     check: Callable[[], Awaitable[Any]], what: str, timeout: float = 60, every: float = 0.2
 ) -> Any:
     """The first truthy result of `check`; fails naming `what` (and the last result)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+    return await eventually_async(check, what, timeout=timeout, interval=every)
+
+
+def pod_syncs(controller: Any) -> list[tuple[str, int]]:
+    """(pod key, resourceVersion) of the pod each finished pod sync of a `ClaimController`
+    worked from: proof that it acted on (or ignored) a given write."""
+    synced: list[tuple[str, int]] = []
+    real = controller._sync_pod
+
+    async def sync_pod(key: str) -> None:
+        pod = controller.pods.items.get(key) if controller.pods is not None else None
+        await real(key)
+        if pod is not None:
+            synced.append((key, int(pod["metadata"]["resourceVersion"])))
+
+    controller._sync_pod = sync_pod
+    return synced
+
+
+def synced_since(synced: list[tuple[str, int]], versions: dict[str, int]) -> bool:
+    """Every pod key in `versions` had a sync from at least that resourceVersion."""
+    return all(any(k == key and rv >= version for k, rv in synced)
+               for key, version in versions.items())
 
 
 async def snapshot(cluster: SimCluster) -> Snapshot:

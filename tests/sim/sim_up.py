@@ -3,12 +3,15 @@ check the simulated cluster the way an admin checks a real one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+import pytest
+from eventually import eventually
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "reference-demo"
 SIM = Path(sys.executable).parent / "compute-domain-sim"
@@ -28,11 +31,16 @@ class Up:
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         self.log_path = workdir / "up.log"
-        deadline = time.monotonic() + 120
-        while "simulated cluster up" not in self.log_path.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"sim up failed:\n{self.log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                pytest.fail(f"sim up failed:\n{self.log_path.read_text()[-3000:]}")
+            return "simulated cluster up" in self.log_path.read_text()
+
+        try:
+            eventually(up, "the simulated cluster up", timeout=120, interval=0.2)
+        except AssertionError:
+            raise AssertionError(f"sim up failed:\n{self.log_path.read_text()[-3000:]}") from None
 
     def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -48,12 +56,16 @@ class Up:
     def logs_holding(self, pod: str, words: tuple[str, ...], timeout: float = 60.0) -> str:
         """`kubectl logs pod` once it holds every word (or the last try): Ready (started)
         comes before the container's output is written, as on a real cluster."""
-        deadline = time.monotonic() + timeout
-        while not set(words) <= set((out := self.ok("logs", pod)).split()):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        return out
+        last = ""
+
+        def holding() -> bool:
+            nonlocal last
+            last = self.ok("logs", pod)
+            return set(words) <= set(last.split())
+
+        with contextlib.suppress(AssertionError):  # the caller's assertion shows the logs
+            eventually(holding, f"{pod}'s logs holding {words}", timeout=timeout, interval=0.2)
+        return last
 
     def close(self) -> None:
         with_pgid = os.getpgid(self.proc.pid)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from eventually import eventually_async, run_virtual
 from kubernetes import client
+from scenario_env import pod_syncs, synced_since
 
 from api import names
 from runtime.kubecall import call
@@ -65,13 +67,13 @@ def test_work_queue_dedups_and_never_runs_a_key_twice_at_once() -> None:
             queue.add(item)
         assert len(queue) == 3
         tasks = [asyncio.create_task(worker()) for _ in range(4)]
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # virtual: five times the longest chain of runs
         for task in tasks:
             task.cancel()
         assert sorted(runs) == ["a", "a", "b", "c"]
         assert overlap == []
 
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_many_pods_get_one_claim_each_without_listing_claims() -> None:
@@ -86,6 +88,7 @@ def test_many_pods_get_one_claim_each_without_listing_claims() -> None:
 
     async def main() -> None:
         controller = ClaimController(mine, workers=4)
+        synced = pod_syncs(controller)
         controller.start()
         try:
             for i in range(pods):
@@ -95,19 +98,20 @@ def test_many_pods_get_one_claim_each_without_listing_claims() -> None:
                 listed = core.list_namespaced_pod("default").items
                 return all(p.status.resource_claim_statuses for p in listed)
 
-            deadline = asyncio.get_running_loop().time() + 20
-            while not await call(recorded):
-                assert asyncio.get_running_loop().time() < deadline, "claims not recorded"
-                await asyncio.sleep(0.05)
+            await eventually_async(lambda: call(recorded), "claims recorded", timeout=20,
+                                   interval=0.05)
             # More events per pod: no second claim for any of them.
+            patched: dict[str, int] = {}
             for i in range(pods):
-                await call(
+                pod = await call(
                     core.patch_namespaced_pod,
                     f"w{i}",
                     "default",
                     {"metadata": {"labels": {"a": "b"}}},
                 )
-            await asyncio.sleep(0.5)
+                patched[f"default/w{i}"] = int(pod.metadata.resource_version)
+            await eventually_async(lambda: synced_since(synced, patched),
+                                   "every patched pod synced")
             claims = (await call(resource.list_namespaced_resource_claim, "default")).items
             owners = sorted(c.metadata.owner_references[0].name for c in claims)
             assert owners == sorted(f"w{i}" for i in range(pods))

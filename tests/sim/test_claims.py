@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from eventually import eventually_async
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from scenario_env import pod_syncs, synced_since
 
 from api import names
 from runtime.kubecall import call
@@ -57,13 +59,8 @@ def test_other_driver_does_not_match() -> None:
 
 async def wait_until(check: Callable[[], Any], timeout: float = 10) -> Any:
     """Poll a blocking check (off the loop) until it returns something truthy."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await call(check)
-        if result:
-            return result
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+    return await eventually_async(lambda: call(check), check.__qualname__, timeout=timeout,
+                                  interval=0.05)
 
 
 TEMPLATE = {
@@ -100,6 +97,7 @@ def test_claim_from_template(k8s) -> None:
 
     async def main() -> None:
         controller = ClaimController(k8s)
+        synced = pod_syncs(controller)
         controller.start()
         try:
             pod = await call(core.create_namespaced_pod, "default", _pod("work"))
@@ -122,10 +120,12 @@ def test_claim_from_template(k8s) -> None:
             assert req.exactly.device_class_name == names.DEVICE_CLASS_DEFAULT_CHANNEL
 
             # Idempotent: more pod events create no second claim.
-            await call(
+            patched = await call(
                 core.patch_namespaced_pod, "work", "default", {"metadata": {"labels": {"a": "b"}}}
             )
-            await asyncio.sleep(0.3)
+            patched_rv = int(patched.metadata.resource_version)
+            await eventually_async(lambda: synced_since(synced, {"default/work": patched_rv}),
+                                   "the controller synced the patched pod")
             claims = await call(resource.list_namespaced_resource_claim, "default")
             assert [c.metadata.name for c in claims.items] == [claim_name]
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from eventually import eventually_async
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from scenario_env import NAMESPACE, ready, run_scenario
@@ -36,17 +37,21 @@ async def diagnosis(cluster: SimCluster, name: str, grace: float = 120.0) -> Rep
 async def verdict(cluster: SimCluster, name: str, boundary: str | None, status: str,
                   words: str, *, grace: float = 120.0, timeout: float = 60.0) -> Report:
     """Diagnose until the verdict is `status` at `boundary` and its cause holds `words`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
+    last: list[Report] = []
+
+    async def matches() -> Report | None:
         report = await diagnosis(cluster, name, grace)
+        last[:] = [report]
         got = report.verdict()
         if (got["boundary"], got["status"]) == (boundary, status) and words in got["cause"]:
             return report
-        if loop.time() > deadline:
-            raise AssertionError(f"wanted {status} at {boundary} ({words!r}), got:\n"
-                                 + report.render())
-        await asyncio.sleep(0.5)
+        return None
+
+    try:
+        return await eventually_async(matches, timeout=timeout, interval=0.5)
+    except AssertionError:
+        raise AssertionError(f"wanted {status} at {boundary} ({words!r}), got:\n"
+                             + last[-1].render()) from None
 
 
 def statuses(report: Report) -> dict[str, str]:

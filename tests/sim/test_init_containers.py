@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import eventually
 from kubernetes import client
 
 from sim.cluster.cluster import ClusterSpec, SimCluster
@@ -111,14 +111,7 @@ def env(running: Env) -> Iterator[Env]:
 
 def wait_for(check: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
     """The first truthy result of `check`, polled until `timeout` (then a failure)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+    return eventually(check, what, timeout=timeout, interval=0.1)
 
 
 def pod_when(env: Env, name: str, holds: Callable[[Obj], Any], what: str) -> Obj:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from eventually import eventually_async
 
 from agent.daemon.process import ImexProcess
 from agent.daemon.readiness import READY, query_state
@@ -174,15 +175,7 @@ def _imex_config(root: Path, address: str, hosts: Path) -> tuple[Path, dict[str,
 
 
 async def _until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
+    await eventually_async(predicate, timeout=timeout, interval=0.05)
 
 
 def test_in_process_imex_is_supervised_like_a_process(tmp_path: Path) -> None:
@@ -248,15 +241,19 @@ def test_in_process_imex_sigterm_and_sigkill(tmp_path: Path) -> None:
     config, env = _imex_config(tmp_path, address, tmp_path / "hosts")
 
     async def main() -> None:
-        launcher = InProcessImexLauncher()
+        launcher, ctl = InProcessImexLauncher(), InProcessCtl()
+
+        async def ready() -> bool:
+            return await query_state("nvidia-imex-ctl", str(config), runner=ctl) == READY
+
         child = await launcher.spawn(["nvidia-imex", "-c", str(config)], env, 1 << 16)
-        await asyncio.sleep(0.2)
+        await _until(ready)
         child.send_signal(signal.SIGTERM)
         assert await child.wait() == 0
         with pytest.raises(ProcessLookupError):
             child.send_signal(signal.SIGUSR1)
         child = await launcher.spawn(["nvidia-imex", "-c", str(config)], env, 1 << 16)
-        await asyncio.sleep(0.2)
+        await _until(ready)
         child.kill_group()
         assert await child.wait() == -signal.SIGKILL
         # A config it cannot use: exit 1 at once, the reason on its output.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc.aio
 import pytest
+from eventually import eventually_async
 from plugin_env import NODE, AgentThread, NodeEnv
 
 from api import names
@@ -117,7 +118,15 @@ def test_registration_with_a_bad_endpoint_is_refused(short_dir):
                 assert "does not exist" in reason
                 assert watcher.plugins == {}
                 # Refused once, not asked again on every poll.
-                await asyncio.sleep(0.2)
+                scans: list[None] = []
+                real_scan = watcher.scan
+
+                async def scan() -> None:
+                    await real_scan()
+                    scans.append(None)
+
+                watcher.scan = scan  # type: ignore[method-assign]
+                await eventually_async(lambda: len(scans) >= 3, "three more polls")
         finally:
             await server.stop(None)
         assert len(fake.statuses) == 1

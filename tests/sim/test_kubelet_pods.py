@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import eventually_async
 from kubernetes import client
 from plugin_env import DRIVER_NS, NODE, AgentThread, NodeEnv
 
@@ -105,15 +106,21 @@ async def reserve(k8s: client.ApiClient, claim: dict[str, Any], pod: Any) -> Non
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10) -> Any:
-    """The first truthy result of `check`, polled until `timeout`."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.05)
+    """The first truthy result of `check`, polled until `timeout` (tests/eventually.py)."""
+    return await eventually_async(check, timeout=timeout, interval=0.05)
+
+
+def count_claim_reads(kubelet: SimKubelet) -> list[str]:
+    """The claims its pod workers read (a worker re-reads a claim not reserved yet)."""
+    reads: list[str] = []
+    real = kubelet.read_claim
+
+    async def read_claim(namespace: str, name: str) -> Any:
+        reads.append(name)
+        return await real(namespace, name)
+
+    kubelet.read_claim = read_claim  # type: ignore[method-assign]
+    return reads
 
 
 def read_pod(k8s: client.ApiClient, name: str) -> Callable[[], Awaitable[dict[str, Any] | None]]:
@@ -146,6 +153,7 @@ def test_workload_pod_is_prepared_runs_and_is_removed_with_its_claim(k8s, cluste
 
     async def main() -> None:
         kubelet = make_kubelet(k8s, node)
+        reads = count_claim_reads(kubelet)
         kubelet.start()
         try:
             pod = await asyncio.to_thread(
@@ -153,8 +161,9 @@ def test_workload_pod_is_prepared_runs_and_is_removed_with_its_claim(k8s, cluste
                 DRIVER_NS,
                 pod_body("work", {}, daemon_set=cluster.daemon_set(cd_uid)),
             )
-            # Not reserved yet: kubelet must not prepare it.
-            await asyncio.sleep(0.5)
+            # Not reserved yet: kubelet must not prepare it. Its worker read the claim, found
+            # it not reserved, and read it again after waiting instead of preparing.
+            await eventually_async(lambda: reads.count("daemon") >= 2, "the claim read again")
             assert (await read())["status"].get("phase") in (None, "Pending")
             assert node.cdi_files() == ["k8s.compute-domain.nvidia.com-device_base.yaml"]
             await reserve(k8s, claim, pod)

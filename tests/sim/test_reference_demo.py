@@ -1,21 +1,21 @@
 """`compute-domain-sim up` checked the way an admin checks a cluster, with kubectl only.
 
-The reference driver's channel-injection demos are applied unchanged and checked the way
-the troubleshooting guide checks a workload: `kubectl wait`, `kubectl logs`, `kubectl exec
-... test -c /dev/nvidia-caps-imex-channels/channel0`. A Running pod alone proves nothing;
-these prove the channel device is really in the container. The driver itself runs from its
-manifests (its pods, their users, their logs), and workload pods run as kubelet runs them
-(env from ConfigMaps and Secrets made with the `kubectl create` generators, restart
-policies, crash loops, `kubectl logs --previous`, Jobs that complete).
+The reference driver's channel-injection demos (tests/data/reference-demo/) are applied
+unchanged and checked the way an admin checks a workload: `kubectl wait`, `kubectl logs`,
+`kubectl exec ... test -c /dev/nvidia-caps-imex-channels/channel0`. A Running pod alone
+proves nothing; these prove the channel device is really in the container. The driver
+itself runs from its manifests (its pods, their users, their logs), and workload pods run as
+kubelet runs them (env from ConfigMaps and Secrets made with the `kubectl create`
+generators, restart policies, crash loops, `kubectl logs --previous`, Jobs that complete).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from eventually import eventually
 from sim_up import DEMO, Up
 
 from sim.cluster.sandbox import can_sandbox
@@ -156,10 +156,10 @@ def test_workload_pods_run_as_kubelet_runs_them(up: Up, tmp_path: Path) -> None:
         count, _, reason = status.partition(" ")
         return int(count or 0) >= 1 and reason == "CrashLoopBackOff"
 
-    deadline = time.monotonic() + 60
-    while not crash_looping():
-        assert time.monotonic() < deadline, up.ok("get", "pod", "crasher", "-o", "yaml")
-        time.sleep(0.5)
+    try:
+        eventually(crash_looping, "crasher in CrashLoopBackOff", timeout=60, interval=0.5)
+    except AssertionError:
+        raise AssertionError(up.ok("get", "pod", "crasher", "-o", "yaml")) from None
     assert "CrashLoopBackOff" in up.ok("get", "pod", "crasher")
     assert up.ok("logs", "crasher", "--previous").strip() == "run"
     up.ok("delete", "-f", str(manifest), "--wait=true", "--timeout=60s")

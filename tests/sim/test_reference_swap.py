@@ -20,7 +20,6 @@ ComputeDomain afterwards completes.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, TypeVar
 
 import pytest
 import reference_state as ref
+from eventually import eventually
 from sim_up import DEMO, Up
 
 from sim.cluster import manifests
@@ -51,12 +51,7 @@ needs_root = pytest.mark.skipif(bool(can_sandbox()), reason=can_sandbox() or "ro
 
 def until(check: Callable[[], T], what: str, timeout: float = 60) -> T:
     """The first truthy result of `check`, polled; fails naming `what` and the last result."""
-    deadline = time.monotonic() + timeout
-    while not (last := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
-        time.sleep(0.2)
-    return last
+    return eventually(check, what, timeout=timeout, interval=0.2)
 
 
 class Cluster:

@@ -1,6 +1,7 @@
-"""End-to-end scenarios on the simulated cluster (the reference's live-cluster suite, daemon.md
-section 8): the real controller and agents as processes, IMEX daemons run by the simulated
-kubelets with the fake nvidia-imex, RBAC from the shipped manifests enforced."""
+"""End-to-end scenarios on the simulated cluster (those of the reference's live-cluster bats
+suite, tests/bats/test_cd_*.bats in https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu):
+the real controller and agents as processes, IMEX daemons run by the simulated kubelets with
+the fake nvidia-imex, RBAC from the shipped manifests enforced."""
 
 from __future__ import annotations
 
@@ -371,7 +372,8 @@ def test_up_serves_kubectl_until_interrupted(short_dir, tmp_path, control_plane,
     """`compute-domain-sim up`: kubectl works as the admin with the kubeconfig it writes, the
     agents are registered, `kubectl version` names the server, and Ctrl-C stops everything."""
     import signal
-    import time
+
+    from eventually import eventually as eventually_sync
 
     kubectl = str(kubectl_bin)
     kubeconfig = tmp_path / "kc"
@@ -395,10 +397,8 @@ def test_up_serves_kubectl_until_interrupted(short_dir, tmp_path, control_plane,
             assert out.returncode == 0, out.stderr
             return out.stdout
 
-        deadline = time.monotonic() + 30
-        while kc("get", "resourceslices", "-o", "name").count("\n") < 2:  # one per node
-            assert time.monotonic() < deadline, "the agents published no ResourceSlices"
-            time.sleep(0.5)
+        eventually_sync(lambda: kc("get", "resourceslices", "-o", "name").count("\n") >= 2,
+                        "a ResourceSlice per node", timeout=30, interval=0.5)
         nodes = kc("get", "nodes", "-L", names.LABEL_GPU_CLIQUE)
         assert "node-01" in nodes and "node-02" in nodes and clique_id(1) in nodes
         classes = kc("get", "deviceclasses", "-o", "name")

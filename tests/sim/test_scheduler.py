@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from eventually import eventually_async
 from kubernetes import client
 
 from api import names
@@ -18,13 +19,22 @@ CLIQUE_LABEL = "nvidia.com/gpu.clique"
 
 async def wait_until(check: Callable[[], Any], timeout: float = 10) -> Any:
     """Poll a blocking check (off the loop) until it returns something truthy."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await call(check)
-        if result:
-            return result
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+    return await eventually_async(lambda: call(check), check.__qualname__, timeout=timeout,
+                                  interval=0.05)
+
+
+def scheduler_rounds(scheduler: Scheduler) -> list[None]:
+    """One entry per scheduling round `scheduler` completes from now on (each retries every
+    pending pod)."""
+    rounds: list[None] = []
+    real = scheduler.schedule_pending
+
+    async def schedule_pending() -> None:
+        await real()
+        rounds.append(None)
+
+    scheduler.schedule_pending = schedule_pending  # type: ignore[method-assign]
+    return rounds
 
 
 def _cluster(k8s, nodes: dict[str, dict[str, str]], slices: list[str], classes: bool = True):
@@ -222,8 +232,9 @@ def test_device_taken_goes_elsewhere_then_unschedulable(k8s) -> None:
         assert await _unschedulable(core, "c") == expected
         events = await wait_until(lambda: _events(core, "c"))
         assert events[0].type == "Warning" and events[0].message == expected
-        await asyncio.sleep(0.6)  # several retry rounds: still one event
-        assert len(await call(_events, core, "c")) == 1
+        rounds = scheduler_rounds(scheduler)
+        await eventually_async(lambda: len(rounds) >= 3, "three more scheduling rounds")
+        assert len(await call(_events, core, "c")) == 1  # still one event
         assert "c" not in scheduler.assigned
 
         # A pod sharing a's (allocated) claim joins it on n1.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from eventually import eventually_async
 from scenario_env import (
     clique_entries,
     daemon_logs,
@@ -73,19 +74,25 @@ def test_restarted_agent_keeps_its_slice_with_the_default_delay(short_dir, contr
         assert cluster.spec.slice_wipe_delay == WIPE_SLICES_AFTER
         uid = await _slice_uid(cluster, "node-01")
         seen: set[str] = set()
+        samples = 0
         done = asyncio.Event()
 
         async def watch() -> None:
+            nonlocal samples
             while not done.is_set():
                 slices = await node_slices(cluster, "node-01")
                 seen.update([s["metadata"]["uid"] for s in slices] or ["none"])
+                samples += 1
                 await asyncio.sleep(0.05)
 
         watcher = asyncio.create_task(watch())
         for kill in (True, False):
             await cluster.restart_agent("node-01", kill=kill)
             await cluster.wait_ready()
-        await asyncio.sleep(1.0)
+        # The restarted agent settles its slice: twenty more looks at it, as many as a
+        # second's worth on an idle machine and never fewer on a loaded one.
+        target = samples + 20
+        await eventually_async(lambda: samples >= target, "twenty more samples")
         done.set()
         await watcher
         assert seen == {uid}
@@ -100,11 +107,15 @@ def test_reregistering_within_the_delay_calls_off_the_wipe(short_dir, control_pl
 
     async def body(cluster: SimCluster) -> None:
         uid = await _slice_uid(cluster, "node-01")
-        await cluster.stop_agent("node-01")
+        kubelet = cluster.nodes["node-01"].kubelet
+        await cluster.stop_agent("node-01")  # returns once deregistered: the wipe is due
+        wipe = kubelet._wipes[names.DRIVER_NAME]
         await cluster.start_agent("node-01")
-        await asyncio.sleep(delay + 1.0)
+        # Registering again cancels the pending wipe: it can never run, and none is due.
+        await eventually_async(wipe.done, "the wipe called off")
+        assert wipe.cancelled() and names.DRIVER_NAME not in kubelet._wipes
         assert await _slice_uid(cluster, "node-01") == uid
-        assert cluster.nodes["node-01"].kubelet.wiped_slices == []
+        assert kubelet.wiped_slices == []
 
     # Well above an agent's restart (a new container: Python start, cache sync and
     # registration take about 3 s on an idle 2-core machine, more under load); kubelet's

@@ -9,13 +9,14 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import eventually as eventually_sync
+from eventually import eventually_async
 from kubernetes import client
 
 from api import names
@@ -49,15 +50,21 @@ async def eventually(
     fn: Callable[[], Awaitable[Any]], what: str, *, timeout: float = TIMEOUT
 ) -> Any:
     """Poll until `fn()` returns something truthy (the controllers react within ms)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = await fn()
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {result!r}")
-        await asyncio.sleep(0.02)
+    return await eventually_async(fn, what, timeout=timeout)
+
+
+def reconciles(ctrl: Any) -> list[str]:
+    """The owners (by name) of each reconcile `ctrl` completes from now on: one round that
+    could have acted is a later event than the last write seen (resyncs included)."""
+    done: list[str] = []
+    real = ctrl._reconcile
+
+    async def reconcile(owner: dict[str, Any]) -> None:
+        await real(owner)
+        done.append(owner["metadata"]["name"])
+
+    ctrl._reconcile = reconcile
+    return done
 
 
 def _dict(k8s: client.ApiClient, obj: Any) -> dict[str, Any]:
@@ -99,10 +106,17 @@ def test_daemon_set_follows_node_labels(k8s: client.ApiClient) -> None:
 
     async def scenario() -> None:
         ctrl = DaemonSetController(k8s, resync_seconds=0.5)
+        rounds = reconciles(ctrl)
         ctrl.start()
         try:
             ds = _dict(k8s, await call(apps.create_namespaced_daemon_set, NS, _driver_daemon_set()))
             name = ds["metadata"]["name"]
+
+            async def more_rounds(n: int) -> None:
+                """Until `n` more reconciles of the DaemonSet have completed."""
+                target = rounds.count(name) + n
+                await eventually_async(lambda: rounds.count(name) >= target,
+                                       f"{n} more reconciles")
 
             async def ds_status() -> dict[str, Any]:
                 got = _dict(k8s, await call(apps.read_namespaced_daemon_set, name, NS))
@@ -113,7 +127,7 @@ def test_daemon_set_follows_node_labels(k8s: client.ApiClient) -> None:
                 lambda: _status_matches(ds_status, observedGeneration=1), "the first status"
             )
             assert st["desiredNumberScheduled"] == 0
-            await asyncio.sleep(0.3)
+            await more_rounds(1)
             assert await _pods(k8s) == []
 
             await _label(core, "node-0", CD_UID)
@@ -161,7 +175,7 @@ def test_daemon_set_follows_node_labels(k8s: client.ApiClient) -> None:
                 "status counting two scheduled pods",
             )
             # Steady state: exactly one pod per node, across resyncs.
-            await asyncio.sleep(0.8)
+            await more_rounds(2)
             assert len(await _pods(k8s)) == 2
 
             # A Ready pod is counted ready and available.
@@ -291,6 +305,7 @@ def test_job_runs_parallel_pods_until_completions(k8s: client.ApiClient) -> None
 
     async def scenario() -> None:
         ctrl = JobController(k8s, resync_seconds=0.5)
+        rounds = reconciles(ctrl)
         ctrl.start()
         try:
             created = _dict(k8s, await call(batch.create_namespaced_job, NS, job))
@@ -344,7 +359,9 @@ def test_job_runs_parallel_pods_until_completions(k8s: client.ApiClient) -> None
             assert st["completionTime"]
             conditions = {c["type"]: c["status"] for c in st["conditions"]}
             assert conditions["Complete"] == "True"
-            await asyncio.sleep(0.8)  # a resync later: nothing more is created
+            done = rounds.count("work")
+            # A resync later: nothing more is created.
+            await eventually_async(lambda: rounds.count("work") >= done + 2, "a resync later")
             pods = await _pods(k8s)
             assert len(pods) == len(seen) == 3
             assert all(p["status"]["phase"] == "Succeeded" for p in pods)
@@ -439,10 +456,8 @@ def admin(plane: ControlPlane) -> Iterator[tuple[client.ApiClient, str]]:
     ns = f"wl-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(k8s)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    deadline = time.monotonic() + PLANE_TIMEOUT
-    while not core.list_namespaced_service_account(ns).items:
-        assert time.monotonic() < deadline, "no default ServiceAccount"
-        time.sleep(0.05)
+    eventually_sync(lambda: core.list_namespaced_service_account(ns).items,
+                    "the default ServiceAccount", timeout=PLANE_TIMEOUT, interval=0.05)
     try:
         yield k8s, ns
     finally:
@@ -757,13 +772,15 @@ def test_deployment_recreate_stops_old_pods_first(
 
             await _within(lambda: ready("web:1"), "two ready pods")
             await _set_image(k8s, ns, "web:2")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + PLANE_TIMEOUT
-            while not await ready("web:2"):
-                images = {_image(p) for p in await _live_pods(k8s, ns)}
-                assert images != {"web:1", "web:2"}, "new pods while old ones still run"
-                assert loop.time() < deadline, "no rollout"
-                await asyncio.sleep(0.02)
+
+            async def rolled_out() -> list[dict[str, Any]]:
+                pods = await ready("web:2")
+                if not pods and {_image(p) for p in await _live_pods(k8s, ns)} == {
+                        "web:1", "web:2"}:
+                    pytest.fail("new pods while old ones still run")
+                return pods
+
+            await _within(rolled_out, "the rollout")
 
     asyncio.run(scenario())
 
@@ -880,18 +897,20 @@ def test_daemon_set_rolling_update_keeps_max_unavailable(
             await _daemons_ready(k8s, ns, nodes)
             await _set_daemon_image(k8s, ns, "daemon:2")
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + PLANE_TIMEOUT
             seen: dict[str, float] = {}  # new pod -> when first seen
             most_down = 0
-            while True:
+
+            async def rolled_out() -> bool:
+                nonlocal most_down
                 pods = _active(await _live_pods(k8s, ns))
                 up = {target_node(p) for p in pods if _is_ready(p)}
                 down = len(set(nodes) - up)
                 most_down = max(most_down, down)
-                assert down <= 1, f"{down} nodes without a ready daemon pod at once"
+                if down > 1:
+                    pytest.fail(f"{down} nodes without a ready daemon pod at once")
                 new = [p for p in pods if _image(p) == "daemon:2"]
                 if len(new) == len(pods) == len(nodes) and all(_is_ready(p) for p in new):
-                    break
+                    return True
                 for pod in new:
                     name = pod["metadata"]["name"]
                     # A kubelet that takes its time: a too eager controller shows meanwhile.
@@ -900,8 +919,9 @@ def test_daemon_set_rolling_update_keeps_max_unavailable(
                         and loop.time() - seen.setdefault(name, loop.time()) > 0.3
                     ):
                         await _mark_ready(k8s, pod)
-                assert loop.time() < deadline, "the rollout did not finish"
-                await asyncio.sleep(0.02)
+                return False
+
+            await _within(rolled_out, "the rollout to finish")
             assert most_down == 1  # one node at a time, not none
         finally:
             await _delete_nodes(k8s, nodes)
@@ -921,7 +941,14 @@ def test_daemon_set_on_delete_keeps_outdated_pods(admin: tuple[client.ApiClient,
             await call(apps.create_namespaced_daemon_set, ns, body)
             old = await _daemons_ready(k8s, ns, nodes)
             await _set_daemon_image(k8s, ns, "daemon:2")
-            await asyncio.sleep(1.0)
+
+            async def observed() -> bool:
+                """The controller has handled the new template (its status says so)."""
+                ds = _dict(k8s, await call(apps.read_namespaced_daemon_set, "daemon", ns))
+                generation = ds["metadata"]["generation"]
+                return generation > 1 and ds["status"].get("observedGeneration") == generation
+
+            await _within(observed, "the DaemonSet controller observing the new template")
             pods = await _per_node(k8s, ns, nodes)
             assert {p["metadata"]["name"] for p in pods.values()} == {
                 p["metadata"]["name"] for p in old.values()

@@ -1,4 +1,5 @@
-"""IMEX mode/isolation validation: the reference's table and messages."""
+"""IMEX mode/isolation validation: the reference's table and messages (`TestConfigValidate` in
+https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/pkg/imex/imex_test.go)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from eventually import eventually
+
 from runtime.informer import Informer
 
 
@@ -20,10 +22,8 @@ def test_thread_ends_once_its_loop_is_closed() -> None:
     loop = asyncio.new_event_loop()
     informer = Informer(loop, unreachable, lambda o: o["metadata"]["name"], "orphan")
     informer.start()
-    deadline = time.monotonic() + 5
-    while len(calls) < 2 and time.monotonic() < deadline:  # retrying while the loop lives
-        time.sleep(0.05)
-    assert len(calls) >= 2
+    # Retrying while the loop lives.
+    eventually(lambda: len(calls) >= 2, "two attempts", timeout=5, interval=0.05)
     loop.close()  # its owner went away without stop()
     informer._thread.join(timeout=15)
     assert not informer._thread.is_alive()

@@ -9,6 +9,7 @@ import json
 import urllib.request
 
 import pytest
+from eventually import eventually_async
 from kubernetes import client
 
 from runtime import informer
@@ -44,8 +45,8 @@ def test_a_timed_out_watch_resumes_and_only_410_lists_again(
         try:
             async with asyncio.timeout(20):
                 await informer.synced.wait()
-                while _requests(apiserver).get("watch", 0) < 4:  # three watches timed out
-                    await asyncio.sleep(0.2)
+            await eventually_async(lambda: _requests(apiserver).get("watch", 0) >= 4,
+                                   "three watches timed out", timeout=20, interval=0.2)
             assert _requests(apiserver).get("list") == 1
             # An object written after several resumed watches still arrives.
             await asyncio.to_thread(core.create_namespaced_config_map, "default",
@@ -54,10 +55,10 @@ def test_a_timed_out_watch_resumes_and_only_410_lists_again(
             assert {"first", "later"} <= set(informer.items)
             assert _requests(apiserver).get("list") == 1
             # From the next watch on, no timeout (nor its bookmark) comes during the rest.
-            monkeypatch.setattr(informer, "WATCH_TIMEOUT_S", 600)
+            monkeypatch.setattr("runtime.informer.WATCH_TIMEOUT_S", 600)  # the module
             watches = _requests(apiserver).get("watch", 0)
-            while _requests(apiserver).get("watch", 0) == watches:
-                await asyncio.sleep(0.2)
+            await eventually_async(lambda: _requests(apiserver).get("watch", 0) > watches,
+                                   "the next watch", timeout=20, interval=0.2)
             # Writes the informer does not see (another namespace) move the server past its
             # last version; that history compacted away and the watch cut: 410 on resume,
             # so one new list.
