@@ -519,7 +519,8 @@ def broken_variants() -> list[tuple[str, Any, str]]:
         ("ds", no_image, "spec.template.spec.containers[0].image: Required value"),
         ("ds", selector_mismatch, "`selector` does not match template `labels`"),
         ("ds", no_containers, "spec.template.spec.containers: Required value"),
-        ("ds", probe_threshold_as_string, "startupProbe.failureThreshold of type int32"),
+        ("ds", probe_threshold_as_string,
+         "startupProbe.failureThreshold in body must be of type integer"),
         ("rct", no_device_class, "requests[0].exactly.deviceClassName: Required value"),
         ("rct", bad_name, "metadata.name: Invalid value"),
     ]
