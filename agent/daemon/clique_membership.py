@@ -103,15 +103,8 @@ class CliqueMembership(OptimisticWriter):
     def _args(self) -> tuple[str, str, str, str]:
         return names.GROUP, names.VERSION, self.namespace, names.PLURAL_CLIQUES
 
-    async def _get(self) -> Obj | None:
-        return json_object(await call_retrying(
-            self._custom.get_namespaced_custom_object, *self._args(), self.name
-        ))
-
-    async def _put(self, obj: Obj) -> Obj:
-        return json_object(await call_retrying(
-            self._custom.replace_namespaced_custom_object, *self._args(), self.name, obj
-        ))
+    def _object_name(self) -> str:
+        return self.name
 
     async def _create(self, mutate: Callable[[Obj | None], Obj | None]) -> Obj | None:
         body = mutate(

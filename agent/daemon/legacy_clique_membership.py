@@ -22,14 +22,12 @@ from agent.daemon.membership_base import (
     OptimisticWriter,
     deliver_updates,
     entry_index,
-    json_object,
     smallest_free_index,
 )
 from api import names
 from api.computedomain import StoredComputeDomain
 from api.objects import K8sObject
 from runtime.informer import Informer
-from runtime.kubecall import call_retrying
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +64,8 @@ class LegacyMembership(OptimisticWriter):
     through the status subresource.
     """
 
+    _status_only = True
+
     def __init__(
         self,
         api_client: client.ApiClient,
@@ -91,15 +91,8 @@ class LegacyMembership(OptimisticWriter):
     def _args(self) -> tuple[str, str, str, str]:
         return names.GROUP, names.VERSION, self.cd_namespace, names.PLURAL_COMPUTE_DOMAINS
 
-    async def _get(self) -> Obj | None:
-        return json_object(await call_retrying(
-            self._custom.get_namespaced_custom_object, *self._args(), self.cd_name
-        ))
-
-    async def _put(self, obj: Obj) -> Obj:
-        return json_object(await call_retrying(
-            self._custom.replace_namespaced_custom_object_status, *self._args(), self.cd_name, obj
-        ))
+    def _object_name(self) -> str:
+        return self.cd_name
 
     def _where(self) -> str:
         return f"ComputeDomain {self.cd_namespace}/{self.cd_name}"

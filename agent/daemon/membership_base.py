@@ -18,7 +18,7 @@ from kubernetes import client
 
 from api import names
 from runtime.informer import Informer
-from runtime.kubecall import status_of
+from runtime.kubecall import call_retrying, status_of
 
 # A clique or ComputeDomain, or one daemon's entry in it, as the API's JSON: the write
 # protocol below patches and replaces the JSON itself, and peers' entries (anyone with
@@ -83,12 +83,28 @@ class OptimisticWriter:
         self.conflicts = 0  # 409s: lost update races and lost create races
         self.reads = 0
 
-    # Subclasses provide these three.
-    async def _get(self) -> Obj | None:
+    # The object written: a subclass names it; `_put` replaces its status subresource when
+    # `_status_only` (ComputeDomain.status.nodes), else the whole object (the clique).
+    _status_only = False
+
+    def _args(self) -> tuple[str, str, str, str]:
+        """group, version, namespace, plural."""
         raise NotImplementedError
 
-    async def _put(self, obj: Obj) -> Obj:
+    def _object_name(self) -> str:
         raise NotImplementedError
+
+    async def _get(self) -> Obj | None:
+        return json_object(await call_retrying(
+            self._custom.get_namespaced_custom_object, *self._args(), self._object_name()
+        ))
+
+    async def _put(self, obj: Obj) -> Obj:
+        replace = (self._custom.replace_namespaced_custom_object_status if self._status_only
+                   else self._custom.replace_namespaced_custom_object)
+        return json_object(await call_retrying(
+            replace, *self._args(), self._object_name(), obj
+        ))
 
     async def _create(self, mutate: Callable[[Obj | None], Obj | None]) -> Obj | None:
         """Create the object if this kind of writer may (None: it may not)."""
