@@ -13,7 +13,6 @@ from kubernetes import client
 
 from api import names
 from api.objects import K8sObject, ParsedCache
-from api.validation_error import ValidationError
 from runtime.draclient import DraApi
 from runtime.informer import Informer
 
@@ -28,11 +27,12 @@ def _ns_name(obj: Mapping[str, Any]) -> str:
 
 def cd_label(obj: Mapping[str, Any]) -> str:
     """The CD label of an object as the API sent it ("" when unlabeled, or when its
-    metadata does not parse: a watch callback must not raise)."""
-    try:
-        return K8sObject.from_dict(obj).label(names.LABEL_COMPUTE_DOMAIN) or ""
-    except ValidationError:
-        return ""
+    metadata is malformed: a watch callback must not raise). Runs on every watch event, so
+    it reads the one label instead of parsing the object (the cache parses it once later)."""
+    md = obj.get("metadata")
+    labels = md.get("labels") if isinstance(md, Mapping) else None
+    value = labels.get(names.LABEL_COMPUTE_DOMAIN) if isinstance(labels, Mapping) else None
+    return value if isinstance(value, str) else ""
 
 
 class HasItems(Protocol):
