@@ -51,6 +51,24 @@ def add_commands(sub: Subcommands, environ: Mapping[str, str] | None = None) -> 
     add_plugin_flags(plugin, environ=environ)
     plugin.set_defaults(handler=_run_plugin)
 
+    keep = sub.add_parser(
+        "keep", help="run the plugin as a child and restart it (agent placement's PID 1)",
+        description="Run `compute-domain-agent plugin ...` as a child, restart it when it "
+        "exits, and reap the nvidia-imex children a dead agent leaves behind, so an agent "
+        "restart does not end the container (agent/keeper.py).")
+    env_option(keep, "--restart-delay", env="KEEPER_RESTART_DELAY", type=parse_duration,
+               default=1.0, help="delay before restarting an agent that exited quickly",
+               environ=environ)
+    env_option(keep, "--max-restart-delay", env="KEEPER_MAX_RESTART_DELAY",
+               type=parse_duration, default=30.0, help="the most the delay grows to",
+               environ=environ)
+    env_option(keep, "--stable-after", env="KEEPER_STABLE_AFTER", type=parse_duration,
+               default=10.0, help="an agent that ran this long is restarted at once",
+               environ=environ)
+    keep.add_argument("program", nargs=argparse.REMAINDER,
+                      help="`plugin` and the plugin's flags")
+    keep.set_defaults(handler=_run_keeper)
+
     daemon = sub.add_parser(
         "daemon", help="IMEX supervision in a ComputeDomain daemon pod",
         description="Run or probe the IMEX daemon of one ComputeDomain on this node.")
@@ -197,6 +215,25 @@ def _freeze_long_lived_objects() -> None:
         getattr(client, name)  # kubernetes.client imports an API class on first access
     gc.collect()
     gc.freeze()
+
+
+def _run_keeper(args: argparse.Namespace) -> int:
+    from agent.keeper import Backoff, run_keeper
+
+    program = list(args.program)
+    if program[:1] == ["--"]:
+        program = program[1:]
+    if program[:1] != ["plugin"]:
+        print(f"{PROG} keep: expected `plugin` and its flags, got {program[:1] or 'nothing'}",
+              file=sys.stderr)
+        return 2
+    if not 0 <= args.restart_delay <= args.max_restart_delay:
+        print(f"{PROG} keep: need 0 <= --restart-delay <= --max-restart-delay",
+              file=sys.stderr)
+        return 2
+    return run_keeper(program, Backoff(initial=args.restart_delay,
+                                       maximum=args.max_restart_delay,
+                                       stable_after=args.stable_after))
 
 
 def _run_plugin(args: argparse.Namespace) -> int:

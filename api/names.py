@@ -224,6 +224,13 @@ ENV_RESOURCE_API_VERSION: Final = "RESOURCE_API_VERSION"
 ENV_HTTP_ENDPOINT: Final = "HTTP_ENDPOINT"
 ENV_METRICS_PATH: Final = "METRICS_PATH"
 ENV_IMEX_MODE: Final = "IMEX_MODE"
+# Where nvidia-imex runs for driver-managed domains: a daemon pod per domain and node
+# ("pod", the reference's model) or the node agent itself ("agent").
+ENV_IMEX_PLACEMENT: Final = "IMEX_PLACEMENT"
+ENV_IMEX_ADDRESS: Final = "IMEX_ADDRESS"
+PLACEMENT_POD: Final = "pod"
+PLACEMENT_AGENT: Final = "agent"
+PLACEMENTS: Final = (PLACEMENT_POD, PLACEMENT_AGENT)
 ENV_IMEX_ISOLATION: Final = "IMEX_ISOLATION"
 # Agent (kubelet plugin).
 ENV_CDI_ROOT: Final = "CDI_ROOT"

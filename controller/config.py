@@ -19,6 +19,7 @@ from api.imex import ImexConfig
 from api.validation_error import ValidationError
 from controller.render import RenderSettings, parse_pull_secret_names
 from runtime.cli import (
+    add_imex_placement_flag,
     add_kube_client_flags,
     add_resource_api_flag,
     env_option,
@@ -52,10 +53,21 @@ class ControllerConfig:
     resync_s: float
     resource_api_version: str = ""
     status_interval_s: float = 1.0
+    imex_placement: str = names.PLACEMENT_POD
 
     @property
     def host_managed(self) -> bool:
         return self.imex.host_managed
+
+    @property
+    def agent_placement(self) -> bool:
+        """The node agents supervise nvidia-imex: no daemon DaemonSets, templates or pods."""
+        return not self.host_managed and self.imex_placement == names.PLACEMENT_AGENT
+
+    @property
+    def daemon_pods(self) -> bool:
+        """Per-domain IMEX daemon pods exist (driver-managed, pod placement)."""
+        return not self.host_managed and not self.agent_placement
 
     @property
     def cliques(self) -> bool:
@@ -135,6 +147,7 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
                help="at most one status write per ComputeDomain per this long (changes in "
                "between are written together at its end; 0: every change at once)")
     add_resource_api_flag(parser)
+    add_imex_placement_flag(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> ControllerConfig:
@@ -179,4 +192,4 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         renew_deadline_s=args.leader_election_renew_deadline,
         retry_period_s=args.leader_election_retry_period, workers=args.workers,
         resync_s=args.resync_interval, resource_api_version=args.resource_api_version,
-        status_interval_s=args.status_write_interval)
+        status_interval_s=args.status_write_interval, imex_placement=args.imex_placement)

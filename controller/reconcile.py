@@ -123,7 +123,7 @@ class Reconciler:
     async def _ensure(self, cd: StoredComputeDomain) -> None:
         uid = cd.uid
         cd = await self._add_finalizer(cd)
-        if not self._cfg.host_managed:
+        if self._cfg.daemon_pods:
             await self._ensure_daemon_objects(uid)
         await self._ensure_workload_template(cd)
         await self._write_status(cd)
@@ -213,7 +213,14 @@ class Reconciler:
         pods = self._pods.labeled(cd.uid, managed)
         if self._cfg.cliques:
             return status.nodes_from_cliques(self._cliques.labeled(cd.uid, managed), pods)
+        if self._cfg.agent_placement:
+            return status.nodes_legacy_agents(cd.status_nodes, self._labeled_nodes(cd.uid))
         return status.nodes_legacy(cd.status_nodes, pods)
+
+    def _labeled_nodes(self, uid: str) -> set[str]:
+        """The nodes carrying the domain's label: in agent placement, where its node agents
+        run IMEX (an agent labels its node before it joins, and unlabels it after it left)."""
+        return {o.name for o in self._node_objects.labeled(uid)}
 
     async def _write_status(self, cd: StoredComputeDomain, *,
                             blocked: BlockedError | None = None) -> None:
@@ -271,6 +278,9 @@ class Reconciler:
 
     async def _prune_cliques(self, uid: str) -> None:
         managed = self._cfg.managed_namespaces
+        if self._cfg.agent_placement:
+            await self._prune_agent_cliques(uid)
+            return
         pod_nodes = status.pod_node_names(self._pods.labeled(uid, managed))
         live: dict[str, set[str]] = {}  # namespace -> nodes of the daemon pods the server has
         for clique in self._cliques.labeled(uid, managed):
@@ -290,18 +300,56 @@ class Reconciler:
                                     _preload_content=False)
                 pods = PodList.from_dict(json.loads(cast(Any, listed).data)).items
                 live[namespace] = status.pod_node_names(pods or ())
-            kept = status.prune_clique_daemons(clique, live[namespace])
-            if kept is None:
+            await self._replace_daemons(uid, clique,
+                                        status.prune_clique_daemons(clique, live[namespace]))
+
+    async def _prune_agent_cliques(self, uid: str) -> None:
+        """Agent placement: drop the entries of nodes that no longer carry the domain's
+        label (a node removed, or its agent gone for good after Unprepare failed to leave).
+        As for daemon pods, the cache is confirmed with the server before anything goes."""
+        labeled = self._labeled_nodes(uid)
+        live: set[str] | None = None
+        for clique in self._cliques.labeled(uid, self._cfg.managed_namespaces):
+            if status.prune_clique_daemons(clique, labeled) is None:
                 continue
-            body = clique.as_read(without=frozenset({"daemons"})) | {"daemons": kept}
+            if live is None:
+                listed = await call(self._core.list_node,
+                                    label_selector=f"{names.LABEL_COMPUTE_DOMAIN}={uid}",
+                                    _preload_content=False)
+                items = json.loads(cast(Any, listed).data).get("items") or []
+                live = {K8sObject.from_dict(i).name for i in items}
+            await self._replace_daemons(uid, clique, status.prune_clique_daemons(clique, live))
+
+    async def _replace_daemons(self, uid: str, clique: ComputeDomainClique,
+                               kept: list[dict[str, Any]] | None) -> None:
+        if kept is None:
+            return
+        body = clique.as_read(without=frozenset({"daemons"})) | {"daemons": kept}
+        try:
+            await call(self._custom.replace_namespaced_custom_object, names.GROUP,
+                       names.VERSION, clique.namespace, names.PLURAL_CLIQUES, clique.name, body)
+            self._count(uid)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+            raise RetryError(f"pruning clique {clique.name}: {err.reason}") from None
+
+    async def _delete_cliques(self, uid: str) -> None:
+        """Agent placement: no daemon pod owns a domain's cliques (the garbage collector
+        removes them with the pods in pod placement), so they go with the domain. An agent
+        still running IMEX for it sees its domain deleting and does not join again."""
+        if not self._cfg.cliques:
+            return
+        for clique in self._cliques.labeled(uid, self._cfg.managed_namespaces):
+            if clique.deleting:
+                continue
             try:
-                await call(self._custom.replace_namespaced_custom_object, names.GROUP,
-                           names.VERSION, namespace, names.PLURAL_CLIQUES, clique.name, body)
+                await call(self._custom.delete_namespaced_custom_object, names.GROUP,
+                           names.VERSION, clique.namespace, names.PLURAL_CLIQUES, clique.name)
                 self._count(uid)
             except ApiException as err:
-                if err.status not in (404, 409):
+                if err.status != 404:
                     raise
-                raise RetryError(f"pruning clique {clique.name}: {err.reason}") from None
 
     # --- deletion ----------------------------------------------------------------------
 
@@ -336,6 +384,8 @@ class Reconciler:
         for obj, is_ds in generated:
             await self._delete_object(uid, obj, is_ds)
         await self._remove_node_labels(uid)
+        if self._cfg.agent_placement:
+            await self._delete_cliques(uid)
         for obj, is_ds in generated:
             await self._remove_finalizer(uid, obj, is_ds)
         remaining = [*self._templates.labeled(uid), *self._daemonsets.labeled(uid)]

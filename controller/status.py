@@ -176,6 +176,18 @@ def nodes_legacy(
     return _unique_names([*kept, *_non_fabric_entries(non_fabric)])
 
 
+def nodes_legacy_agents(
+    existing: Iterable[ComputeDomainNode], labeled_nodes: set[str]
+) -> list[dict[str, Any]]:
+    """`status.nodes` with the cliques gate off in agent placement: the agents write their
+    entries; the controller drops those of nodes that no longer carry the domain's label
+    (there are no daemon pods to go by, and no non-fabric entries: a node without NVLink
+    runs no IMEX)."""
+    kept = [n.as_read() for n in existing
+            if n.name and n.clique_id and n.name in labeled_nodes]
+    return _unique_names(kept)
+
+
 def _comparable(entry: ComputeDomainNode | Mapping[str, Any]) -> tuple[Any, ...]:
     # Go zero values: a missing index is 0, a missing string is "".
     if isinstance(entry, ComputeDomainNode):

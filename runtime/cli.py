@@ -150,6 +150,26 @@ def add_kube_client_flags(group: argparse.ArgumentParser | argparse._ArgumentGro
            help="accepted for compatibility with the reference driver")
 
 
+def parse_placement(text: str) -> str:
+    """`pod` or `agent` (see api/names.py PLACEMENTS)."""
+    value = text.strip().lower()
+    if value not in names.PLACEMENTS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an IMEX placement: use pod (a daemon pod per ComputeDomain and "
+            "node) or agent (the node agent runs nvidia-imex itself)")
+    return value
+
+
+def add_imex_placement_flag(group: argparse.ArgumentParser | argparse._ArgumentGroup,
+                            option: Callable[..., None] = env_option) -> None:
+    """`--imex-placement` (IMEX_PLACEMENT, the chart's
+    `resources.computeDomains.imex.placement`): the controller and the agents must agree."""
+    option(group, "--imex-placement", env=names.ENV_IMEX_PLACEMENT, type=parse_placement,
+           default=names.PLACEMENT_POD,
+           help="where nvidia-imex runs for driver-managed domains: pod (a daemon pod per "
+           "ComputeDomain and node) or agent (supervised by the node agent)")
+
+
 def add_resource_api_flag(group: argparse.ArgumentParser | argparse._ArgumentGroup,
                           option: Callable[..., None] = env_option) -> None:
     """`--resource-api-version` (RESOURCE_API_VERSION, the chart's `resourceApiVersion`)."""

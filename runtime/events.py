@@ -44,6 +44,12 @@ def pod_ref(name: str, namespace: str, uid: str = "") -> dict[str, str]:
     return ref
 
 
+def node_ref(name: str) -> dict[str, str]:
+    """An involvedObject for a Node (`kubectl describe node` shows its Events, which live
+    in the default namespace)."""
+    return {"apiVersion": "v1", "kind": "Node", "name": name}
+
+
 def _with_suffix(message: str, suffix: str) -> str:
     """`message` + `suffix` within MESSAGE_LIMIT, cutting the message, not the suffix."""
     room = MESSAGE_LIMIT - len(suffix)

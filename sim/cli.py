@@ -152,6 +152,13 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
         help="IMEX mode (default driverManaged)",
     )
     parser.add_argument(
+        "--imex-placement",
+        choices=("pod", "agent"),
+        default="pod",
+        help="driverManaged: where nvidia-imex runs, in a daemon pod per ComputeDomain and "
+        "node (pod, the default) or in the node agent itself (agent)",
+    )
+    parser.add_argument(
         "--root",
         type=Path,
         default=None,
@@ -193,6 +200,8 @@ def _cluster_error(args: argparse.Namespace) -> str | None:
         return f"--cliques {args.cliques} is more than --nodes {args.nodes}"
     if args.nodes > MAX_NODES:
         return f"--nodes {args.nodes}: at most {MAX_NODES} (one 127.A.B.N address each)"
+    if args.imex_placement == "agent" and args.mode == "hostManaged":
+        return "--imex-placement agent: with --mode hostManaged the hosts run nvidia-imex"
     if args.in_process and args.agent is not None:
         return "--agent runs a program per node; it cannot be combined with --in-process"
     if args.agent is not None and not args.agent.is_file():
@@ -220,6 +229,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         nodes=args.nodes,
         cliques=args.cliques,
         mode=args.mode,
+        imex_placement=args.imex_placement,
         workload=args.workload,
         root=args.root,
         timeout=args.timeout,
@@ -264,6 +274,7 @@ def _run_up(args: argparse.Namespace) -> int:
         "nodes": args.nodes,
         "cliques": args.cliques,
         "mode": args.mode,
+        "imex_placement": args.imex_placement,
         "in_process": args.in_process,
         "control_plane": args.control_plane,
         "driver": not args.no_driver,

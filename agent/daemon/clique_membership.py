@@ -71,7 +71,11 @@ JSON_PATCH = "application/json-patch+json"
 
 
 class CliqueMembership(OptimisticWriter):
-    """Our daemon's entry in the ComputeDomainClique `<cdUID>.<cliqueID>` in `namespace`."""
+    """Our daemon's entry in the ComputeDomainClique `<cdUID>.<cliqueID>` in `namespace`.
+
+    The clique is owned by the daemon pods in it (garbage-collected with the last one).
+    Without a pod (`pod_uid` "": the node agent supervises IMEX) no owner is written and
+    the controller deletes the cliques with their domain."""
 
     def __init__(
         self,
@@ -226,7 +230,7 @@ class CliqueMembership(OptimisticWriter):
         if not isinstance(daemons, list):
             return None
         refs = obj["metadata"].get("ownerReferences")
-        if not any(r.get("uid") == self.pod_uid for r in refs or ()):
+        if self.pod_uid and not any(r.get("uid") == self.pod_uid for r in refs or ()):
             if not refs:
                 return None
             ops.append({"op": "add", "path": "/metadata/ownerReferences/-",
@@ -296,7 +300,7 @@ class CliqueMembership(OptimisticWriter):
 
     def _created_with_us(self, obj: Obj | None) -> Obj | None:
         assert obj is not None and self.ip is not None
-        obj["metadata"]["ownerReferences"] = [self._owner_ref()]
+        obj["metadata"]["ownerReferences"] = [self._owner_ref()] if self.pod_uid else []
         obj["daemons"] = [self._new_entry(self.ip, self._free_index([]))]
         return obj
 
@@ -318,7 +322,7 @@ class CliqueMembership(OptimisticWriter):
             assert obj is not None  # a missing clique is created by _create, not here
             self._check_ours(obj)
             refs = obj["metadata"].get("ownerReferences") or []
-            if not any(r.get("uid") == self.pod_uid for r in refs):
+            if self.pod_uid and not any(r.get("uid") == self.pod_uid for r in refs):
                 refs = [*refs, self._owner_ref()]
             obj["metadata"]["ownerReferences"] = refs
             daemons = _daemons_of(obj)

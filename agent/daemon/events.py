@@ -2,7 +2,8 @@
 why this node's IMEX daemon is not Ready (a crash loop, a start that never finishes).
 
 A thin layer over `runtime.events.EventRecorder` (best effort, never blocking, bounded in
-flight, an API error only logged): the involvedObject is always this daemon's pod, and each
+flight, an API error only logged): the involvedObject is this daemon's pod (or, when the
+node agent supervises IMEX itself, its Node: `kubectl describe node`), and each
 reason is written at most once per `interval` (default a minute), so a crash-looping IMEX
 yields one Event per minute, not one per crash, the skipped repeats counted in the next one.
 """
@@ -55,10 +56,14 @@ class PodEvents:
         *,
         interval: float = DEFAULT_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        involved: dict[str, str] | None = None,
     ) -> None:
+        """`involved`: the object the Events are about (None: the daemon's pod; the node
+        agent, which has no daemon pod, records them on its Node)."""
         self._recorder = EventRecorder(api, COMPONENT, identity.node_name, interval=interval,
                                        clock=clock, logger=log)
-        self._pod = pod_ref(identity.pod_name, identity.pod_namespace, identity.pod_uid)
+        self._pod = involved or pod_ref(identity.pod_name, identity.pod_namespace,
+                                        identity.pod_uid)
 
     @property
     def _core(self) -> CoreV1:

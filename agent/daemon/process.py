@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import psutil
 
@@ -87,10 +87,25 @@ class ImexLauncher(Protocol):
         ...
 
     async def kill_stray(
-        self, binary_name: str, *, ports: Iterable[int], addresses: Iterable[str] | None
+        self, binary_name: str, *, ports: Iterable[int], addresses: Iterable[str] | None,
+        exclude: Iterable[int] = (),
     ) -> list[int]:
-        """End leftover `binary_name` daemons listening on `ports` at `addresses`."""
+        """End leftover `binary_name` daemons listening on `ports` at `addresses`, except
+        the pids in `exclude` (a child just adopted)."""
         ...
+
+
+@runtime_checkable
+class AdoptingLauncher(ImexLauncher, Protocol):
+    """A launcher whose children outlive their supervisor (agent placement): the next
+    supervisor of the same domain adopts the child it recorded instead of starting one."""
+
+    async def adopt(self, command: Sequence[str]) -> ImexChild | None:
+        """The recorded child if it still runs `command`; None otherwise."""
+        ...
+
+    def forget(self) -> None:
+        """The child was stopped on purpose: drop its record."""
 
 
 class _SubprocessChild:
@@ -142,9 +157,10 @@ class SubprocessLauncher:
         return _SubprocessChild(proc)
 
     async def kill_stray(
-        self, binary_name: str, *, ports: Iterable[int], addresses: Iterable[str] | None
+        self, binary_name: str, *, ports: Iterable[int], addresses: Iterable[str] | None,
+        exclude: Iterable[int] = (),
     ) -> list[int]:
-        return await kill_stray(binary_name, ports=ports, addresses=addresses)
+        return await kill_stray(binary_name, ports=ports, addresses=addresses, exclude=exclude)
 
 
 @dataclass(eq=False)
@@ -213,6 +229,7 @@ class ImexProcess:
         self.reload_interval = reload_interval
         self.reloads_sent = 0  # SIGUSR1s delivered
         self.reloads_coalesced = 0  # requests folded into a pending or recent SIGUSR1
+        self.adopted = False  # the running child was started by an earlier supervisor
 
     # --- state ----------------------------------------------------------------------------
 
@@ -308,6 +325,43 @@ class ImexProcess:
             self._wanted = False
             await self._cancel_restart()
             await self._terminate()
+            if isinstance(self.launcher, AdoptingLauncher):
+                self.launcher.forget()
+
+    async def adopt(self) -> bool:
+        """Take over the child an earlier supervisor left running (agent placement), if
+        the launcher recorded one that still runs our command; True if one runs now."""
+        async with self._lock:
+            if self.running:
+                return True
+            if not isinstance(self.launcher, AdoptingLauncher):
+                return False
+            proc = await self.launcher.adopt(self.command)
+            if proc is None:
+                return False
+            self._wanted = True
+            self._track(proc)
+            self.adopted = True
+            log.info("Adopted running %s pid %d", self.log_prefix, proc.pid)
+            return True
+
+    async def detach(self) -> None:
+        """Stop supervising and leave the child running (the agent exits or restarts; its
+        successor adopts the child). Nothing is signalled."""
+        async with self._lock:
+            self._wanted = False
+            await self._cancel_restart()
+            child, self._child = self._child, None
+            if child is None:
+                return
+            child.stopping = True
+            tasks = [t for t in (child.reload_later, child.watcher, *child.readers)
+                     if t is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if child.proc.returncode is None:
+                log.info("Leaving %s pid %d running", self.log_prefix, child.pid)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -317,8 +371,12 @@ class ImexProcess:
             proc = await self.launcher.spawn(self.command, self.env, _LINE_LIMIT)
         except OSError as err:
             raise ImexStartError(f"cannot start {self.command[0]}: {err}") from err
-        child = _Child(proc=proc, started=time.monotonic())
         log.info("Started process with pid %d", proc.pid)
+        self._track(proc)
+        self.adopted = False
+
+    def _track(self, proc: ImexChild) -> None:
+        child = _Child(proc=proc, started=time.monotonic())
         loop = asyncio.get_running_loop()
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,10 +92,21 @@ class ImexSupervisor:
         not_ready_event_after: float = 60.0,
         events: PodEvents | None = None,
         reload_interval: float = 5.0,
+        label_pod: bool = True,
+        adopt: bool = False,
+        on_readiness: Callable[[bool, str], None] | None = None,
+        may_rejoin: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """`not_ready_event_after`: seconds IMEX may stay not READY before an
         IMEXDaemonNotReady Event (0: never); `events` writes them (None: on our pod
-        through `api`)."""
+        through `api`).
+
+        Hosted in the node agent (agent placement): no pod to label (`label_pod`), a
+        child left running by the previous agent is adopted (`adopt`, with a launcher
+        that records its children), each reported readiness is also told to
+        `on_readiness(ready, state)`, and an entry that disappeared is put back only if
+        `may_rejoin()` says the domain still wants this node (a deleted domain's cliques
+        go away with it)."""
         self.identity = identity
         self._api = api
         self._dns = dns_names
@@ -122,12 +133,29 @@ class ImexSupervisor:
         self._tasks: list[asyncio.Task[None]] = []
         self.running = asyncio.Event()
         self._poller: ReadinessPoller | None = None
+        self._label = label_pod
+        self._adopt = adopt
+        self._on_readiness = on_readiness
+        self._may_rejoin = may_rejoin
+        self._followed = False  # the first clique update was handled
+        self._detach = False  # on stop: leave IMEX running and our entry in place
+        self.state = ""  # the last state nvidia-imex-ctl reported
+
+    def detach_on_stop(self) -> None:
+        """The agent is exiting or restarting, not the domain leaving this node: stop
+        supervising but leave nvidia-imex running and our clique entry as it is."""
+        self._detach = True
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._poller is not None and self._poller.ready)
 
     # --- lifecycle -----------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> int:
         ident = self.identity
-        await self._label_pod()
+        if self._label:
+            await self._label_pod()
         if ident.non_fabric:
             log.info("no cliqueID: skipping controller and IMEX daemon management")
             self.running.set()
@@ -143,10 +171,12 @@ class ImexSupervisor:
             )
         # Only a stray on our own address: in a shared network namespace (hostNetwork, the
         # simulated cluster) other domains' daemons listen on the same ports elsewhere.
+        adopted = self._adopt and await self.imex.adopt()
         await self.imex.launcher.kill_stray(
-            self.paths.imex_binary,
+            Path(self.paths.imex_binary).name,
             ports=[names.IMEX_SERVER_PORT, names.IMEX_CMD_PORT],
             addresses=[ident.pod_ip],
+            exclude=[self.imex.pid] if adopted and self.imex.pid is not None else [],
         )
         self.membership = self._make_membership()
         self.index = await self.membership.join(ident.pod_ip)
@@ -188,6 +218,10 @@ class ImexSupervisor:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._detach:
+            await self.imex.detach()
+            await self.events.close()
+            return
         await self.imex.stop()
         await self.events.close()
         if self.membership is not None:
@@ -238,6 +272,10 @@ class ImexSupervisor:
                 # We had joined, and someone removed our entry while we run (a controller
                 # that pruned from a lagging cache, an admin's edit): peers would drop us
                 # for good, so put it back. Never start IMEX without an entry.
+                if self._may_rejoin is not None and not await self._may_rejoin():
+                    log.info("our entry in clique %s is gone with its domain: not joining "
+                             "again", ident.clique_id)
+                    return
                 log.warning("our entry in clique %s disappeared while running; joining again",
                             ident.clique_id)
                 await self.membership.join(ident.pod_ip)
@@ -279,8 +317,11 @@ class ImexSupervisor:
                 self._poller.mark_down()
             await self.imex.restart()
             return
+        adopted_first = self.imex.adopted and not self._followed
+        self._followed = True
         fresh = await self.imex.ensure_started()
-        if (changed or peers_changed) and not fresh:
+        # An adopted child read these peers before: only a changed hosts file is news.
+        if (changed or (peers_changed and not adopted_first)) and not fresh:
             await self.imex.signal_reload()
 
     async def _ip_mode_update(self, mine: list[dict[str, Any]]) -> None:
@@ -298,6 +339,8 @@ class ImexSupervisor:
     async def _report_readiness(self, ready: bool, state: str) -> None:
         assert self.membership is not None
         await self.membership.set_status(ready)
+        if self._on_readiness is not None:
+            self._on_readiness(ready, state)
 
     # --- telling the admin why (Events on our pod) -------------------------------------
 
@@ -307,6 +350,7 @@ class ImexSupervisor:
         )
 
     def _after_poll(self, ready: bool, state: str) -> None:
+        self.state = state
         self._check_not_ready(ready, state, time.monotonic())
 
     def _check_not_ready(self, ready: bool, state: str, now: float) -> None:

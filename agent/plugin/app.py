@@ -32,7 +32,12 @@ from agent.discovery.capability import read_fabric_imex_mgmt
 from agent.discovery.channels import ImexChannels
 from agent.discovery.discovery_error import DiscoveryError
 from agent.discovery.driverversion import require_dns_names_driver
-from agent.discovery.findfile import dev_root, find_nvml_library
+from agent.discovery.findfile import (
+    BINARY_SEARCH_DIRS,
+    dev_root,
+    find_file,
+    find_nvml_library,
+)
 from agent.discovery.nvml import FixtureSource, NvmlSource, PynvmlSource
 from agent.discovery.single_node import is_single_node_nvlink
 from agent.plugin.cdi_edits import CdiEdits
@@ -41,6 +46,7 @@ from agent.plugin.config import PluginConfig
 from agent.plugin.driver import Driver, DriverSettings
 from agent.plugin.grpcserver import KubeletServers
 from agent.plugin.health import HealthServer
+from agent.plugin.imexhost import ImexHooks, ImexHost, ImexHostSettings
 from agent.plugin.maintenance import Maintenance
 from agent.plugin.metrics import MetricsServer, PluginMetrics
 from agent.plugin.nodelabels import NodeLabelKeeper
@@ -48,6 +54,7 @@ from agent.plugin.nodelock import NodeLock
 from agent.plugin.slices import SlicePublisher
 from agent.templates import imexd_template
 from api import featuregates, names
+from api.objects import K8sObject, ParsedCache
 from api.version import version_line
 from cdi.atomic import make_dirs
 from runtime import kubecall
@@ -62,9 +69,12 @@ class StartupError(Exception):
 
 
 class PluginApp:
-    def __init__(self, config: PluginConfig, api_client: Any | None = None) -> None:
+    def __init__(self, config: PluginConfig, api_client: Any | None = None,
+                 imex_hooks: ImexHooks | None = None) -> None:
         self.config = config
         self._api = api_client
+        self._imex_hooks = imex_hooks
+        self.imex: ImexHost | None = None
         self.servers: KubeletServers | None = None
         self.cluster: ClusterView | None = None
         self.driver: Driver | None = None
@@ -137,12 +147,14 @@ class PluginApp:
                 "(kubectl get crd computedomains.resource.nvidia.com)") from None
         if cfg.gpu_clique_label and self.clique.value:
             await self.cluster.node.set_clique_label(self.clique.value)
+        if cfg.agent_placement:
+            self.imex = self._imex_host(self.cluster)
         settings = DriverSettings(
             node_name=cfg.node_name, host_managed=cfg.host_managed,
             prepare_window_s=cfg.prepare_window_s, domains_dir=cfg.domains_dir,
             imexd_template=imexd_template(), clique_id=lambda: tracker.value,
             host_probe=edits.host_probe() if cfg.host_managed else None,
-            namespace=cfg.namespace)
+            namespace=cfg.namespace, imex_host=self.imex)
         self.metrics = PluginMetrics(cfg.node_name)
         self.metrics.set_prepared(checkpoint.prepared_device_counts())
         # Why a Prepare waits or failed, on the claim's pods (`kubectl describe pod`). One
@@ -162,7 +174,10 @@ class PluginApp:
             clique_id=(lambda: clique.value) if cfg.gpu_clique_label else None)
         self.maintenance = Maintenance(
             self.driver, self.cluster.node.claim_exists,
-            lambda uid: domains.get(uid) is not None, cfg.domains_dir, domains.refresh)
+            lambda uid: domains.get(uid) is not None, cfg.domains_dir, domains.refresh,
+            imex=self.imex)
+        if self.imex is not None:
+            await self.imex.resume(checkpoint, domains.lookup, clique.value)
         await self.maintenance.run_once()
         self.servers = KubeletServers(self.driver, cfg.dra_socket, cfg.registration_socket)
         await self.servers.start()
@@ -185,6 +200,60 @@ class PluginApp:
         self._tasks.append(loop.create_task(self._refresh_clique()))
         self._tasks.append(loop.create_task(self._periodic_cleanup()))
         self._tasks.append(loop.create_task(self.labels.run(), name="node-labels"))
+        if self.imex is not None:
+            self._tasks.append(loop.create_task(self._release_unlabeled(), name="imex-labels"))
+
+    def _imex_host(self, cluster: ClusterView) -> ImexHost:
+        """Agent placement: the supervision of this node's nvidia-imex children."""
+        cfg = self.config
+        root = cfg.container_driver_root
+        domains = cluster.domains
+
+        async def wanted(uid: str) -> bool:
+            try:
+                await domains.refresh([uid])
+            except Exception as err:  # the API is unreachable: keep IMEX as it is
+                log.info("cannot read ComputeDomain %s (%s): keeping its nvidia-imex", uid,
+                         kubecall.error_text(err))
+                return True
+            return domains.live(uid)
+
+        settings = ImexHostSettings(
+            node_name=cfg.node_name, namespace=cfg.namespace, address=cfg.imex_address,
+            domains_dir=cfg.domains_dir, hosts_file=cfg.imex_hosts_file,
+            imex_binary=cfg.imex_binary or _in_root(root, names.IMEX_BINARY),
+            imex_ctl_binary=cfg.imex_ctl_binary or _in_root(root, names.IMEX_CTL_BINARY),
+            max_nodes=cfg.max_nodes_per_imex_domain,
+            dns_names=cfg.gates.enabled(featuregates.IMEX_DAEMONS_WITH_DNS_NAMES),
+            cliques=cfg.gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES),
+            poll_s=cfg.imex_poll_s, reload_s=cfg.imex_reload_s, template=imexd_template())
+        log.info("agent placement: nvidia-imex %s on %s", settings.imex_binary, cfg.imex_address)
+        assert self._api is not None
+        return ImexHost(self._api, settings, notify=cluster.changed, domain_wanted=wanted,
+                        hooks=self._imex_hooks)
+
+    async def _release_unlabeled(self) -> None:
+        """Agent placement: when this node loses a supervised domain's label (the
+        controller removes it from every node of a domain being deleted), read the domain
+        and stop its IMEX if it is going away; a label an admin removed by mistake is put
+        back by the label keeper instead."""
+        assert self.imex is not None and self.cluster is not None
+        node = self.cluster.node_object
+        parsed = ParsedCache(K8sObject)
+        await node.synced.wait()
+        while True:
+            since = node.version
+            obj = parsed.get(node.items, self.config.node_name)
+            label = obj.label(names.LABEL_COMPUTE_DOMAIN) if obj is not None else None
+            lost = [uid for uid in self.imex.domains if uid != label]
+            if lost:
+                try:
+                    await self.imex.release_unwanted(lost)
+                except Exception:
+                    log.exception("releasing nvidia-imex of deleted domains failed")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(60.0):
+                    await node.changed(since)
 
     async def _refresh_clique(self) -> None:
         assert self.clique is not None and self.cluster is not None
@@ -211,6 +280,8 @@ class PluginApp:
         try:
             await self._stop()
         finally:
+            if self.imex is not None:  # nvidia-imex keeps running for the next agent
+                await _through_cancel(asyncio.ensure_future(self.imex.detach_all()))
             for task in self._tasks:
                 task.cancel()
             if self.slices is not None:
@@ -274,6 +345,17 @@ async def _through_cancel(future: asyncio.Future[Any]) -> None:
         raise asyncio.CancelledError
 
 
+def _in_root(root: Path, name: str) -> str:
+    """A binary of the host driver installation, as this process reaches it (not resolved:
+    its name is what the stray search and the in-process sim go by)."""
+    found = find_file(root, name, BINARY_SEARCH_DIRS)
+    if found is None:
+        raise StartupError(f"agent placement: {name} not found in the driver root {root} "
+                           f"(looked in {', '.join(BINARY_SEARCH_DIRS)}); set --imex / "
+                           "--imex-ctl, or install the NVIDIA driver with IMEX")
+    return str(root / found.path.lstrip("/"))
+
+
 def _nvml_source(cfg: PluginConfig) -> NvmlSource:
     if cfg.nvml_source.startswith("fixture:"):
         return FixtureSource(Path(cfg.nvml_source.removeprefix("fixture:")))
@@ -281,7 +363,8 @@ def _nvml_source(cfg: PluginConfig) -> NvmlSource:
 
 
 async def run(
-    config: PluginConfig, stop: asyncio.Event | None = None, api_client: Any | None = None
+    config: PluginConfig, stop: asyncio.Event | None = None, api_client: Any | None = None,
+    imex_hooks: ImexHooks | None = None,
 ) -> int:
     """The agent until a stop signal; the exit status. With `stop` given, until it is set
     and no signal handlers are installed (many agents in one process: the simulated cluster)."""
@@ -289,7 +372,7 @@ async def run(
     build = "single-file binary" if frozen else f"Python {platform.python_version()}"
     log.info("%s starting on node %s (%s, pid %d)", version_line("compute-domain-agent plugin"),
              config.node_name, build, os.getpid())
-    app = PluginApp(config, api_client)
+    app = PluginApp(config, api_client, imex_hooks)
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

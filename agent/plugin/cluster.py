@@ -99,6 +99,10 @@ class ClusterView:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
 
+    def changed(self) -> None:
+        """Wake the Prepares waiting on a change (the agent's own IMEX readiness)."""
+        self._bump()
+
     async def follow(self, cd_uid: str, clique_id: str, timeout: float = 10.0) -> None:
         """Watch what tells this node's readiness in `cd_uid` (once; later calls return at
         once), and wait until that watch has listed (or `timeout`: the wait for readiness

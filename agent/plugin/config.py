@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from api.featuregates import FeatureGates
 from api.imex import ImexConfig
 from api.validation_error import ValidationError
 from runtime.cli import (
+    add_imex_placement_flag,
     add_kube_client_flags,
     add_resource_api_flag,
     env_option,
@@ -55,6 +57,16 @@ class PluginConfig:
     clique_refresh_s: float
     cleanup_interval_s: float
     resource_api_version: str = ""
+    imex_placement: str = names.PLACEMENT_POD
+    # Agent placement only: the address nvidia-imex listens on (the pod IP), its binaries
+    # ("" : found in the driver root), the hosts file the peer names go to, the limits.
+    imex_address: str = ""
+    imex_binary: str = ""
+    imex_ctl_binary: str = ""
+    imex_hosts_file: Path = Path(names.DEFAULT_HOSTS_FILE)
+    max_nodes_per_imex_domain: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+    imex_poll_s: float = 1.0
+    imex_reload_s: float = 5.0
 
     @property
     def plugin_dir(self) -> Path:
@@ -83,6 +95,11 @@ class PluginConfig:
     @property
     def host_managed(self) -> bool:
         return self.imex.host_managed
+
+    @property
+    def agent_placement(self) -> bool:
+        """The agent itself supervises nvidia-imex for its node's domains."""
+        return not self.host_managed and self.imex_placement == names.PLACEMENT_AGENT
 
 
 def add_plugin_flags(
@@ -157,6 +174,25 @@ def add_plugin_flags(
            help="host nvidia-imex command socket, inside the driver root (hostManaged)")
     option(imex, "--imex-ctl-chroot", env="IMEX_CTL_CHROOT", type=parse_bool, default=True,
            help="run nvidia-imex-ctl chrooted into the driver root (hostManaged)")
+    add_imex_placement_flag(imex, option)
+    option(imex, "--imex-address", env=names.ENV_IMEX_ADDRESS, default="",
+           help="agent placement: the address nvidia-imex listens on and its peers reach "
+           "(the pod IP in the DaemonSet; this node's address under systemd)")
+    option(imex, "--imex", env="IMEX_BINARY", default="",
+           help="agent placement: nvidia-imex to run; empty: found in the driver root")
+    option(imex, "--imex-ctl", env="IMEX_CTL", default="",
+           help="agent placement: nvidia-imex-ctl to query; empty: found in the driver root")
+    option(imex, "--imex-hosts-file", env="IMEX_HOSTS_FILE", type=Path,
+           default=Path(names.DEFAULT_HOSTS_FILE),
+           help="agent placement: the hosts file that maps the IMEX peer names (the "
+           "container's own /etc/hosts in the DaemonSet)")
+    option(imex, "--max-nodes-per-imex-domain", env=names.ENV_MAX_NODES_PER_IMEX_DOMAIN,
+           type=int, default=names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
+           help="agent placement: nodes per IMEX domain (the controller's value)")
+    option(imex, "--imex-poll-interval", env="IMEX_POLL_INTERVAL", type=parse_duration,
+           default=1.0, help="agent placement: how often to ask nvidia-imex-ctl -q")
+    option(imex, "--imex-reload-interval", env="IMEX_RELOAD_INTERVAL", type=parse_duration,
+           default=5.0, help="agent placement: at most one SIGUSR1 to nvidia-imex per this long")
 
 
 def config_from_args(args: argparse.Namespace) -> PluginConfig:
@@ -185,6 +221,7 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         if not sep or not port.isdigit() or int(port) > 65535:
             raise ValidationError(f"--http-endpoint {args.http_endpoint!r} is not host:port "
                                   "(e.g. :8081 or 0.0.0.0:8081)")
+    _check_placement(args, imex.host_managed)
     source = args.nvml_source
     if source != "driver" and not source.startswith("fixture:"):
         raise ValidationError(
@@ -205,4 +242,35 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         nvml_source=source, prepare_window_s=args.prepare_timeout,
         clique_refresh_s=args.clique_refresh_interval, cleanup_interval_s=args.cleanup_interval,
         resource_api_version=args.resource_api_version,
+        imex_placement=args.imex_placement, imex_address=args.imex_address.strip(),
+        imex_binary=args.imex, imex_ctl_binary=args.imex_ctl,
+        imex_hosts_file=args.imex_hosts_file,
+        max_nodes_per_imex_domain=args.max_nodes_per_imex_domain,
+        imex_poll_s=args.imex_poll_interval, imex_reload_s=args.imex_reload_interval,
     )
+
+
+def _check_placement(args: argparse.Namespace, host_managed: bool) -> None:
+    """Agent placement needs an address for nvidia-imex; it means nothing when the host
+    runs nvidia-imex."""
+    if args.imex_placement != names.PLACEMENT_AGENT:
+        return
+    if host_managed:
+        raise ValidationError(
+            "--imex-placement=agent (IMEX_PLACEMENT) applies to imex.mode=driverManaged "
+            "only: with hostManaged the host runs nvidia-imex; unset it")
+    address = args.imex_address.strip()
+    try:
+        ip = ipaddress.ip_address(address)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+            raise ValueError(address)
+    except ValueError:
+        raise ValidationError(
+            f"--imex-address (IMEX_ADDRESS) {address!r} is not an IP address: agent "
+            "placement needs the address nvidia-imex listens on and its peers reach (the "
+            "chart sets it from the pod IP; under systemd set this node's address)") from None
+    if not 1 <= args.max_nodes_per_imex_domain <= 1000:
+        raise ValidationError("--max-nodes-per-imex-domain must be 1..1000")
+    if args.imex_poll_interval <= 0 or args.imex_reload_interval < 0:
+        raise ValidationError("--imex-poll-interval must be positive and "
+                              "--imex-reload-interval not negative")

@@ -103,6 +103,19 @@ class DriverSettings:
     clique_id: Callable[[], str]
     host_probe: Callable[[], Awaitable[None]] | None = None
     namespace: str = "default"  # the driver's (--namespace), where the daemon pods run
+    # Agent placement: this agent supervises nvidia-imex itself (imexhost.py).
+    imex_host: ImexHostLike | None = None
+
+
+class ImexHostLike(Protocol):
+    """What the driver asks of the agent's IMEX supervision (agent/plugin/imexhost.py)."""
+
+    @property
+    def domains(self) -> list[str]: ...
+    def ensure(self, cd: StoredComputeDomain, clique_id: str) -> None: ...
+    def ready(self, cd_uid: str) -> bool: ...
+    def describe(self, cd_uid: str) -> str: ...
+    async def release_unused(self, checkpoint: Checkpoint) -> None: ...
 
 
 class Driver:
@@ -392,6 +405,33 @@ class Driver:
             f"why with: kubectl describe -n {ns} $(kubectl get pod -n {ns} -o name "
             f"-l {names.LABEL_COMPUTE_DOMAIN}={cd_uid} --field-selector spec.nodeName={node})")
 
+    async def _wait_node_ready(self, cd_uid: str, clique: str) -> None:
+        """NotReadyError until this node's IMEX of the domain is Ready: the daemon pod's
+        clique entry, as watched (pod placement), or the agent's own supervisor, started
+        here (agent placement; a node without clique runs no IMEX)."""
+        host = self._s.imex_host
+        if host is None:
+            await self._cluster.follow(cd_uid, clique)
+            since = self._cluster.generation()
+            if not self._cluster.node_ready(cd_uid, clique):
+                raise NotReadyError(self._not_ready_message(cd_uid, clique), since)
+            self._cluster.done_waiting(cd_uid)
+            return
+        if not clique:
+            return
+        cd = self._cluster.known_domain(cd_uid)
+        if cd is None:  # _check_domain found it moments ago; it has just been forgotten
+            raise RetryableError(f"ComputeDomain not found: {cd_uid} (waiting for it to appear)")
+        since = self._cluster.generation()
+        host.ensure(cd, clique)
+        if not host.ready(cd_uid):
+            node = self._s.node_name
+            raise NotReadyError(
+                f"current node not ready in ComputeDomain {cd_uid}: waiting for this node's "
+                f"nvidia-imex, supervised by the node agent, to report READY "
+                f"({host.describe(cd_uid)}); see why with: kubectl describe node {node}, "
+                f"and the log of the compute-domain kubelet plugin on {node}", since)
+
     async def _check_domain(self, ref: ClaimRef, group: Group) -> None:
         uid = group.config.domain_id
         # A workload claim lives in its domain's namespace: look there first.
@@ -425,11 +465,7 @@ class Driver:
                     edits = self._edits.channel_edits([device.id])
             else:
                 await self._cluster.add_cd_label(cd_uid)
-                await self._cluster.follow(cd_uid, clique)
-                since = self._cluster.generation()
-                if not self._cluster.node_ready(cd_uid, clique):
-                    raise NotReadyError(self._not_ready_message(cd_uid, clique), since)
-                self._cluster.done_waiting(cd_uid)
+                await self._wait_node_ready(cd_uid, clique)
                 if clique:
                     count = names.MAX_IMEX_CHANNELS if config.all_channels else 1
                     edits = self._edits.channel_edits(range(count))
@@ -491,6 +527,8 @@ class Driver:
                     state=ABORTED, status=entry.status, prepared=None, name=ref.name,
                     namespace=ref.namespace, aborted_at=datetime.now(UTC).replace(microsecond=0))
             self._save()
+            if self._s.imex_host is not None:
+                await self._s.imex_host.release_unused(self.checkpoint)
         vlog(log, 1, "unprepare: claim %s unprepared", ref)
 
     async def _undo(self, status: Mapping[str, Any]) -> None:

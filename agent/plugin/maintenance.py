@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agent.plugin.driver import Driver
 from agent.plugin.grpcserver import ClaimRef
+from agent.plugin.imexhost import ImexHost
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +22,13 @@ log = logging.getLogger(__name__)
 class Maintenance:
     def __init__(self, driver: Driver, claim_exists: Callable[[ClaimRef], Awaitable[bool]],
                  domain_exists: Callable[[str], bool], domains_dir: Path,
-                 refresh_domains: Callable[[Iterable[str]], Awaitable[None]] | None = None
-                 ) -> None:
+                 refresh_domains: Callable[[Iterable[str]], Awaitable[None]] | None = None,
+                 imex: ImexHost | None = None) -> None:
         """`refresh_domains(uids)` reads those domains from the API before `domain_exists`
-        is asked about them (the agent does not watch every ComputeDomain)."""
+        is asked about them (the agent does not watch every ComputeDomain). `imex` (agent
+        placement): the IMEX of domains gone or being deleted is stopped, and any recorded
+        nvidia-imex no domain of this node needs, before their directories go."""
+        self._imex = imex
         self._driver = driver
         self._claim_exists = claim_exists
         self._domain_exists = domain_exists
@@ -42,6 +46,12 @@ class Maintenance:
         if stale:
             await self._driver.unprepare(stale)
         tombstones, orphans = await self._driver.sweep()
+        if self._imex is not None:
+            try:
+                await self._imex.release_unwanted()
+                await self._imex.stop_orphans()
+            except Exception as err:  # API trouble: try again next time
+                log.info("cleanup: cannot check the supervised domains: %s", err)
         removed_domains = await self._remove_deleted_domains()
         counts = {"stale": len(stale), "tombstones": tombstones, "orphans": orphans,
                   "domains": removed_domains}

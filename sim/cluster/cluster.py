@@ -95,6 +95,7 @@ class ClusterSpec:
     cliques: int | None = None  # default: 18 nodes per clique
     non_fabric: int = 0  # extra nodes without NVLink fabric (e.g. H100 nodes)
     mode: str = "driverManaged"
+    imex_placement: str = "pod"  # or "agent": the node agents supervise nvidia-imex
     agent_program: Path = DEFAULT_BIN_DIR / "compute-domain-agent"
     controller_program: Path = DEFAULT_BIN_DIR / "compute-domain-controller"
     imex_start_delay: float = 0.5  # seconds the fake nvidia-imex takes to become READY
@@ -117,6 +118,10 @@ class ClusterSpec:
     def validate(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.imex_placement not in ("pod", "agent"):
+            raise ValueError(f"imex_placement {self.imex_placement!r} is not pod or agent")
+        if self.imex_placement == "agent" and self.mode != "driverManaged":
+            raise ValueError("imex_placement agent applies to driverManaged only")
         if self.control_plane not in CONTROL_PLANES:
             raise ValueError(
                 f"control plane {self.control_plane!r} is not one of {', '.join(CONTROL_PLANES)}"
@@ -191,7 +196,7 @@ class SimCluster:
         self.root = Path(spec.root)
         self.network = spec.network or random_network()
         self.objects = for_one_machine(
-            manifests.load(spec.mode),
+            manifests.load(spec.mode, placement=spec.imex_placement),
             spec.verbosity,
             agent_env=spec.agent_env,
             controller_env=spec.controller_env,

@@ -421,6 +421,7 @@ class DemoOptions:
     nodes: int = 4
     cliques: int | None = None
     mode: str = "driverManaged"
+    imex_placement: str = "pod"
     workload: Path | None = None
     root: Path | None = None
     timeout: float = 300.0
@@ -440,6 +441,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         "nodes": opts.nodes,
         "cliques": opts.cliques,
         "mode": opts.mode,
+        "imex_placement": opts.imex_placement,
     }
     spec_kwargs["in_process"] = opts.in_process
     spec_kwargs["control_plane"] = opts.control_plane
@@ -459,6 +461,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
             "nodes": len(layout),
             "cliques": cluster.spec.clique_count,
             "mode": opts.mode,
+            "imexPlacement": opts.imex_placement,
             "controlPlane": opts.control_plane,
             "serverVersion": result.server_version,
             "api": cluster.url,
@@ -467,7 +470,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         }
         say(
             f"cluster up: {len(layout)} nodes, {cluster.spec.clique_count} clique(s), "
-            f"{opts.mode}, {opts.control_plane} control plane {result.server_version}, "
+            f"{opts.mode} (IMEX in the {opts.imex_placement}), {opts.control_plane} control plane {result.server_version}, "
             f"API {cluster.url} ({result.cluster['startSeconds']:.1f}s)"
         )
         if objects is None:
@@ -490,6 +493,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
                 driver_namespace=cluster.namespace,
                 host_managed=cluster.host_managed,
                 node_roots={n: node.host.root for n, node in cluster.nodes.items()},
+                agent_placement=opts.imex_placement == "agent",
             )
             for o in objects
             if o["kind"] == names.KIND_COMPUTE_DOMAIN

@@ -65,6 +65,11 @@ DRIVER_LINKS: Final = (
     ("cdi", "claims prepared (CDI IDs)"),
     ("device", "channel device in containers"),
 )
+# Agent placement: the node agents run nvidia-imex; no daemon pod may exist.
+AGENT_LINKS: Final = tuple(
+    ("agentImex", "IMEX in the node agents (no daemon pods)") if key == "daemonPod"
+    else (key, title) for key, title in DRIVER_LINKS
+)
 HOST_LINKS: Final = (
     ("computeDomain", "ComputeDomain"),
     ("template", "workload ResourceClaimTemplate"),
@@ -142,13 +147,17 @@ class EvidenceChain:
         driver_namespace: str,
         host_managed: bool,
         node_roots: Mapping[str, Path],
+        agent_placement: bool = False,
     ) -> None:
         self.namespace = namespace
         self.name = name
         self.driver_namespace = driver_namespace
         self.host_managed = host_managed
+        self.agent_placement = agent_placement and not host_managed
         self.node_roots = dict(node_roots)
-        self.links = [Link(k, t) for k, t in (HOST_LINKS if host_managed else DRIVER_LINKS)]
+        links = (HOST_LINKS if host_managed else AGENT_LINKS if self.agent_placement
+                 else DRIVER_LINKS)
+        self.links = [Link(k, t) for k, t in links]
         self.uid = ""
         self._origin: float | None = None
 
@@ -205,7 +214,8 @@ class EvidenceChain:
         if not self.host_managed:
             checks += [
                 self._labels(snap, nodes),
-                self._daemon_pods(snap, nodes),
+                self._agent_imex(snap, nodes) if self.agent_placement
+                else self._daemon_pods(snap, nodes),
                 self._clique_entries(snap, nodes),
             ]
         views = self._views(workloads)
@@ -293,6 +303,24 @@ class EvidenceChain:
         detail = f"{self.driver_namespace}/{example[1]} on {example[0]}" if example else ""
         ok = bool(nodes) and len(on_nodes) == len(nodes)
         return ok, _fraction(len(on_nodes), len(nodes)), detail, {"pods": on_nodes}
+
+    def _agent_imex(self, snap: Snapshot, nodes: Sequence[str]) -> tuple[bool, str, str, Obj]:
+        """No daemon pod of the domain anywhere, and the node agent running on each node."""
+        daemons = [_ref(p) for p in snap.pods
+                   if (_md(p).get("labels") or {}).get(names.LABEL_COMPUTE_DOMAIN) == self.uid]
+        agents = {
+            (p.get("spec") or {}).get("nodeName"): _md(p)["name"]
+            for p in snap.pods
+            if _md(p).get("namespace") == self.driver_namespace
+            and "kubelet-plugin" in _md(p)["name"]
+            and (p.get("status") or {}).get("phase") == "Running"
+        }
+        on_nodes = {n: agents[n] for n in nodes if n in agents}
+        ok = bool(nodes) and len(on_nodes) == len(nodes) and not daemons
+        detail = (f"daemon pods: {', '.join(daemons)}" if daemons
+                  else f"0 daemon pods; node agents running on {len(on_nodes)} nodes")
+        return ok, _fraction(len(on_nodes), len(nodes)), detail, {"agents": on_nodes,
+                                                                "daemonPods": daemons}
 
     def _clique_entries(self, snap: Snapshot, nodes: Sequence[str]) -> tuple[bool, str, str, Obj]:
         entries: dict[str, Obj] = {}

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from agent import cli as agent_cli
+from agent.plugin.imexhost import ImexHooks
 from api import names
 from runtime import kubecall
 from runtime.cli import program_parser
@@ -235,7 +236,7 @@ class InProcessExecutor:
         """The project's image running the agent: a task here; anything else a process."""
         return launch.image_known and len(launch.argv) > 1 and (
             Path(launch.argv[0]).name == agent_cli.PROG
-        ) and launch.argv[1] in ("plugin", "daemon")
+        ) and launch.argv[1] in ("plugin", "daemon", "keep")
 
     def _parse(self, argv: list[str], env: Mapping[str, str], err: IO[str]) -> argparse.Namespace:
         """The agent's command line as the process would parse it (flags over `env`);
@@ -272,9 +273,16 @@ class InProcessExecutor:
     async def start(self, launch: Launch, log_path: Path) -> Any:
         if not self.runs(launch):
             return await self.fallback.start(launch, log_path)
-        if launch.argv[1] == "plugin":
+        if launch.argv[1] in ("plugin", "keep"):
             env = {k: _host_value(v, launch) for k, v in task_env(launch).items()}
-            agent = InProcessAgent(log_path.parent.name, launch.argv, log_path, env, self.router)
+            hosts = launch.host_path("/etc/hosts")
+            if hosts is not None:  # agent placement: the peers' names go to the pod's file
+                env.setdefault("IMEX_HOSTS_FILE", hosts)
+            # `keep plugin`: the kubelet's container restart is the keeper here.
+            argv = [launch.argv[0], *_plugin_args(launch.argv)]
+            hooks = ImexHooks(launcher_for=self.launcher.detached, ctl_runner=self.ctl, env=env)
+            agent = InProcessAgent(log_path.parent.name, argv, log_path, env, self.router,
+                                   imex_hooks=hooks)
             await agent.start()
             return _AgentTask(agent)
         argv, env = list(launch.argv), task_env(launch)
@@ -366,6 +374,12 @@ class InProcessExecutor:
 # Node agents as tasks
 
 
+def _plugin_args(argv: Sequence[str]) -> list[str]:
+    """`plugin` and its flags, from `compute-domain-agent [keep [OPTIONS]] plugin ...`."""
+    args = list(argv[1:])
+    return args[args.index("plugin"):] if "plugin" in args else args
+
+
 class InProcessAgent:
     """`compute-domain-agent plugin` as a task: the shape of `ManagedProcess` (start, stop,
     kill, restart, log_tail), `pid` None. `kill` stops it gracefully (see module doc)."""
@@ -377,7 +391,9 @@ class InProcessAgent:
         log_path: Path,
         env: Mapping[str, str],
         router: LogRouter,
+        imex_hooks: ImexHooks | None = None,
     ) -> None:
+        self.imex_hooks = imex_hooks
         self.name = name
         self.argv = [str(a) for a in argv]
         self.log_path = log_path
@@ -426,7 +442,7 @@ class InProcessAgent:
 
         async def main(stop: asyncio.Event) -> int:
             try:
-                return await run(config, stop, api)
+                return await run(config, stop, api, self.imex_hooks)
             finally:
                 api.close()
 

@@ -149,6 +149,13 @@ class InProcessImexLauncher:
     def __init__(self) -> None:
         self._pids = itertools.count(_FIRST_PID)
         self.children: dict[int, InProcessImexChild] = {}
+        self.recorded: dict[str, int] = {}  # domain directory -> pid (agent placement)
+
+    def detached(self, directory: Path) -> InProcessDetached:
+        """The launcher of one domain's IMEX in agent placement (`agent.daemon.detached`):
+        a stopped in-process agent leaves its fake IMEX running here, and the next agent
+        of that node adopts it."""
+        return InProcessDetached(self, str(directory))
 
     async def spawn(
         self, command: Sequence[str], env: Mapping[str, str] | None, limit: int
@@ -171,14 +178,17 @@ class InProcessImexLauncher:
         *,
         ports: Iterable[int],
         addresses: Iterable[str] | None,
+        exclude: Iterable[int] = (),
         grace: float = 5.0,
     ) -> list[int]:
         wanted = set(ports)
         only = frozenset(addresses) if addresses is not None else None
+        skip = set(exclude)
         strays = [
             c
             for c in self.children.values()
             if Path(c.command[0]).name == Path(binary_name).name and c.listens(wanted, only)
+            and c.pid not in skip
         ]
         for child in strays:
             log.warning("Terminating stray %s pid %d holding our ports", binary_name, child.pid)
@@ -206,6 +216,38 @@ class InProcessImexLauncher:
             except TimeoutError:
                 child.kill_group()
                 await child.wait()
+
+
+class InProcessDetached:
+    """`AdoptingLauncher` over the machine's fake IMEX tasks, recorded by domain directory."""
+
+    def __init__(self, machine: InProcessImexLauncher, key: str) -> None:
+        self._machine = machine
+        self._key = key
+
+    async def spawn(
+        self, command: Sequence[str], env: Mapping[str, str] | None, limit: int
+    ) -> ImexChild:
+        child = await self._machine.spawn(command, env, limit)
+        self._machine.recorded[self._key] = child.pid
+        return child
+
+    async def adopt(self, command: Sequence[str]) -> ImexChild | None:
+        child = self._machine.children.get(self._machine.recorded.get(self._key, 0))
+        if child is None or child.returncode is not None or child.command != list(command):
+            self.forget()
+            return None
+        return child
+
+    def forget(self) -> None:
+        self._machine.recorded.pop(self._key, None)
+
+    async def kill_stray(
+        self, binary_name: str, *, ports: Iterable[int], addresses: Iterable[str] | None,
+        exclude: Iterable[int] = (),
+    ) -> list[int]:
+        return await self._machine.kill_stray(binary_name, ports=ports, addresses=addresses,
+                                              exclude=exclude)
 
 
 # --------------------------------------------------------------------------------------
