@@ -129,6 +129,17 @@ class AdoptedChild:
                 os.killpg(self._proc.pid, signal.SIGKILL)
 
 
+def _runs(cmdline: tuple[str, ...], command: tuple[str, ...]) -> bool:
+    """Whether a process whose /proc cmdline is `cmdline` runs `command`: the same
+    arguments at the end (a launcher script may put an interpreter in front), and the
+    program's name in front of them. With the start time checked as well, a reused pid
+    cannot pass."""
+    args = command[1:]
+    head = cmdline[:len(cmdline) - len(args)]
+    return (len(cmdline) > len(args) and cmdline[len(head):] == args
+            and any(Path(part).name == Path(command[0]).name for part in head))
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -224,7 +235,8 @@ class DetachedLauncher:
         try:
             proc = psutil.Process(record.pid)
             same = (abs(proc.create_time() - record.create_time) < 0.01
-                    and tuple(proc.cmdline()) == record.cmdline == tuple(command))
+                    and record.cmdline == tuple(command)
+                    and _runs(tuple(proc.cmdline()), record.cmdline))
         except psutil.Error:
             same = False
         if not same or not _alive(proc):

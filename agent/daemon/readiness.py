@@ -103,6 +103,9 @@ async def query_state(
     return state
 
 
+FAST_POLLS = 50  # see ReadinessPoller's first_interval
+
+
 class ReadinessPoller:
     """Polls the IMEX state and reports changes of readiness, with hysteresis.
 
@@ -127,7 +130,11 @@ class ReadinessPoller:
         *,
         failures_to_not_ready: int = 3,
         on_poll: Callable[[bool, str], None] | None = None,
+        first_interval: float | None = None,
     ) -> None:
+        """`first_interval`: while not READY, poll this often for the first
+        `FAST_POLLS` polls, then every `interval` (someone waits for the first READY: a
+        Prepare in agent placement); None: every `interval`."""
         if failures_to_not_ready < 1:
             raise ValueError("failures_to_not_ready must be at least 1")
         self.query = query
@@ -140,6 +147,7 @@ class ReadinessPoller:
         self.failures = 0  # consecutive polls that were not READY
         self._down = False
         self._wake = asyncio.Event()
+        self.first_interval = first_interval
 
     def poke(self) -> None:
         """Poll now instead of at the end of the interval (e.g. after a restart)."""
@@ -188,13 +196,19 @@ class ReadinessPoller:
 
     async def run(self) -> None:
         """Poll every `interval` until cancelled."""
+        fast = 0  # fast polls made since READY was last seen
         while True:
-            await self.poll_once()
+            ready = await self.poll_once()
             self._wake.clear()
+            wait = self.interval
+            if ready:
+                fast = 0  # a later outage is noticed fast again
+            elif self.first_interval is not None and fast < FAST_POLLS:
+                wait, fast = min(self.first_interval, self.interval), fast + 1
             with contextlib.suppress(TimeoutError):
                 # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races
                 # the event being set, and this loop would never stop.
-                async with asyncio.timeout(self.interval):
+                async with asyncio.timeout(wait):
                     await self._wake.wait()
 
 

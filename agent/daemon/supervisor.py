@@ -194,6 +194,8 @@ class ImexSupervisor:
             self._report_readiness,
             interval=self._poll_interval,
             on_poll=self._after_poll,
+            # In the agent a Prepare waits for the first READY: see it within 0.1 s.
+            first_interval=0.1 if self._on_readiness is not None else None,
         )
         loop = asyncio.get_running_loop()
         self._tasks = [

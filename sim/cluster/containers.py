@@ -99,6 +99,7 @@ class Container:
         self.history_log = log_dir / f"{self.name}.history.log"
         self.on_change = on_change
         self.grace = grace  # for probe-triggered restarts, like terminationGracePeriod
+        self.probe_passes: dict[str, int] = {}  # kind -> probes passed (tests pace by it)
         self.restart_policy = restart_policy
         self.host = host
         self.pod_name = pod_name
@@ -266,6 +267,7 @@ class Container:
         while proc is not None and proc.returncode is None and not self.stopping:
             if await self._probe_once(probe):
                 successes, failures = successes + 1, 0
+                self.probe_passes[kind] = self.probe_passes.get(kind, 0) + 1
             else:
                 successes, failures = 0, failures + 1
             if kind == "startup" and successes >= 1:

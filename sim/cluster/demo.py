@@ -470,7 +470,8 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         }
         say(
             f"cluster up: {len(layout)} nodes, {cluster.spec.clique_count} clique(s), "
-            f"{opts.mode} (IMEX in the {opts.imex_placement}), {opts.control_plane} control plane {result.server_version}, "
+            f"{opts.mode} (IMEX in the {opts.imex_placement}), {opts.control_plane} control "
+            f"plane {result.server_version}, "
             f"API {cluster.url} ({result.cluster['startSeconds']:.1f}s)"
         )
         if objects is None:

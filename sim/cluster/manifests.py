@@ -1,7 +1,8 @@
 """The shipped deploy manifests, rendered from the Helm chart, and installed without kubectl.
 
 The one source of truth is the chart (`packaging/helm/dra-driver-nvidia-gpu`). The static
-manifests for `kubectl apply -f` (`packaging/deploy/<mode>.yaml`, one per IMEX mode) are its
+manifests for `kubectl apply -f` (`packaging/deploy/<mode>.yaml`, one per IMEX mode, and
+`driver-managed-agent.yaml` for driverManaged with IMEX placement agent) are its
 `helm template` output for the release `dra-driver-nvidia-gpu` in the namespace of that
 name, after a Namespace object; `make manifests` (`python -m sim.cluster.manifests`)
 regenerates them and tests/packaging/test_deploy_manifests.py proves the committed files
@@ -39,7 +40,15 @@ MODE_VALUES: Mapping[str, Mapping[str, str]] = {
     "hostManaged": {"resources.computeDomains.imex.mode": "hostManaged",
                     "featureGates.HostManagedIMEXDaemon": "true"},
 }
-_FILES = {"driverManaged": "driver-managed.yaml", "hostManaged": "host-managed.yaml"}
+# Where nvidia-imex runs for driverManaged (resources.computeDomains.imex.placement): pod,
+# the chart's default, or agent (the kubelet plugin supervises it).
+PLACEMENT_VALUES: Mapping[str, Mapping[str, str]] = {
+    "pod": {},
+    "agent": {"resources.computeDomains.imex.placement": "agent"},
+}
+_FILES = {("driverManaged", "pod"): "driver-managed.yaml",
+          ("hostManaged", "pod"): "host-managed.yaml",
+          ("driverManaged", "agent"): "driver-managed-agent.yaml"}
 # The privileged kubelet plugin needs a namespace that Pod Security admits it into.
 _NAMESPACE: Obj = {
     "apiVersion": "v1",
@@ -52,26 +61,41 @@ _APPLY_ORDER = ("CustomResourceDefinition", "Namespace", "ServiceAccount", "Clus
                 "ClusterRoleBinding", "Role", "RoleBinding", "DeviceClass")
 
 
-def manifest_path(mode: str) -> Path:
-    """The static manifests of an IMEX mode ("driverManaged" or "hostManaged")."""
+def manifest_path(mode: str, placement: str = "pod") -> Path:
+    """The static manifests of an IMEX mode ("driverManaged" or "hostManaged") and placement
+    ("pod", or "agent" with driverManaged)."""
     try:
-        return DEPLOY_DIR / _FILES[mode]
+        return DEPLOY_DIR / _FILES[mode, placement]
     except KeyError:
-        raise ValueError(f"unknown IMEX mode {mode!r}: use one of {sorted(_FILES)}") from None
+        if mode not in MODE_VALUES:
+            raise ValueError(f"unknown IMEX mode {mode!r}: use one of "
+                             f"{sorted(MODE_VALUES)}") from None
+        if placement not in PLACEMENT_VALUES:
+            raise ValueError(f"unknown IMEX placement {placement!r}: use one of "
+                             f"{sorted(PLACEMENT_VALUES)}") from None
+        raise ValueError(f"IMEX placement {placement} applies to driverManaged only, "
+                         f"not {mode}") from None
 
 
-def load(mode_or_path: str | Path) -> list[Obj]:
-    """The objects of a mode's static manifests (or of any multi-document YAML file)."""
-    path = (manifest_path(mode_or_path) if mode_or_path in _FILES
+def load(mode_or_path: str | Path, placement: str = "pod") -> list[Obj]:
+    """The objects of a mode's (and placement's) static manifests, or of any multi-document
+    YAML file."""
+    path = (manifest_path(mode_or_path, placement) if mode_or_path in MODE_VALUES
             else Path(mode_or_path))
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def helm_template_args(mode: str, release: str = RELEASE, namespace: str = NAMESPACE) -> list[str]:
+def _values(mode: str, placement: str) -> dict[str, str]:
+    manifest_path(mode, placement)  # refuses a combination without static manifests
+    return {**MODE_VALUES[mode], **PLACEMENT_VALUES[placement]}
+
+
+def helm_template_args(mode: str, release: str = RELEASE, namespace: str = NAMESPACE,
+                       placement: str = "pod") -> list[str]:
     """`helm template` arguments that render a mode's manifests (after the helm binary)."""
     args = ["template", release, str(CHART_DIR), "--namespace", namespace, "--include-crds",
             "--api-versions", "resource.k8s.io/v1"]
-    for key, value in MODE_VALUES[mode].items():
+    for key, value in _values(mode, placement).items():
         args += ["--set", f"{key}={value}"]
     return args
 
@@ -93,13 +117,15 @@ def run_helm(
                               env=helm_env(Path(home)), timeout=120)
 
 
-def render_static(helm: str | Path, mode: str) -> str:
-    """The text of a mode's static manifests, as `make manifests` writes it."""
+def render_static(helm: str | Path, mode: str, placement: str = "pod") -> str:
+    """The text of a mode's (and placement's) static manifests, as `make manifests` writes
+    it."""
     command = " ".join([f"helm template {RELEASE} <chart> --namespace {NAMESPACE} --include-crds",
-                        *(f"--set {k}={v}" for k, v in MODE_VALUES[mode].items())])
-    out = run_helm(helm, helm_template_args(mode)).stdout
+                        *(f"--set {k}={v}" for k, v in _values(mode, placement).items())])
+    out = run_helm(helm, helm_template_args(mode, placement=placement)).stdout
+    what = mode if placement == "pod" else f"{mode}, placement {placement}"
     header = (
-        f"# compute-domain.nvidia.com, IMEX mode {mode}: `kubectl apply --server-side -f` this\n"
+        f"# compute-domain.nvidia.com, IMEX mode {what}: `kubectl apply --server-side -f` this\n"
         "# file. Generated by `make manifests` from packaging/helm/dra-driver-nvidia-gpu:\n"
         f"#   {command}\n"
         "# Do not edit; change the chart (Helm is the recommended install, see README).\n"
@@ -113,9 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Regenerate packaging/deploy from the chart.")
     parser.add_argument("--helm", default=str(REPO / ".cache" / "bin" / "helm"))
     args = parser.parse_args(argv)
-    for mode in _FILES:
-        manifest_path(mode).write_text(render_static(args.helm, mode))
-        print(f"wrote {manifest_path(mode).relative_to(REPO)}")
+    for mode, placement in _FILES:
+        path = manifest_path(mode, placement)
+        path.write_text(render_static(args.helm, mode, placement))
+        print(f"wrote {path.relative_to(REPO)}")
     return 0
 
 

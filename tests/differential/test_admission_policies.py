@@ -351,3 +351,177 @@ def test_a_legacy_daemon_writes_only_its_own_entry_of_its_own_domains_status(
         {"name": "policy-node-a", "ipAddress": "10.0.0.1", "cliqueID": "c.1", "index": 0}))
     assert [a.code for a in other] == [403, 403]
     _assert_clean(pair)
+
+
+# --- agent placement: the kubelet plugin runs nvidia-imex and writes its node's entries --
+
+DOMAIN_C = "cccccccc-0000-4000-8000-000000000003"
+CD_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/default/{names.PLURAL_COMPUTE_DOMAINS}"
+CLIQUES = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{NS}/{names.PLURAL_CLIQUES}"
+_PLURALS = {"Role": "roles", "ClusterRole": "clusterroles",
+            "ValidatingAdmissionPolicy": "validatingadmissionpolicies"}
+
+
+def _path(obj: Obj) -> str:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    md = obj["metadata"]
+    where = f"/namespaces/{md['namespace']}" if md.get("namespace") else ""
+    return f"/apis/{group}/{version}{where}/{_PLURALS[obj['kind']]}/{md['name']}"
+
+
+def _node_event(node: str, name: str) -> Obj:
+    return {"metadata": {"name": name}, "reason": "IMEXDaemonExited", "message": "m",
+            "type": "Warning", "reportingComponent": "c", "reportingInstance": "policy-node-a",
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node}}
+
+
+@pytest.fixture(scope="module")
+def agent_policies(policies: Pair) -> Pair:
+    """Both servers switched to the agent-placement manifests: the plugin's wider Roles,
+    its Events policy that admits Events on its own Node, its clique and status policies
+    (the daemon pieces stay; no daemon token is used below)."""
+    def key(o: Obj) -> tuple[str, str, str]:
+        return o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]
+
+    pod = {key(o): o for o in manifests.load("driverManaged")}
+    agent = [o for o in manifests.load("driverManaged", placement="agent")
+             if o["kind"] not in ("Deployment", "DaemonSet", "CustomResourceDefinition")
+             and pod.get(key(o)) != o]
+    for server in policies.servers():
+        manifests.apply(server.admin.api_client(), [o for o in agent if key(o) not in pod])
+        for obj in (o for o in agent if key(o) in pod):
+            live = server.send("GET", _path(obj)).body
+            md = obj["metadata"] | {"resourceVersion": live["metadata"]["resourceVersion"]}
+            answer = server.send("PUT", _path(obj), obj | {"metadata": md})
+            assert answer.code == 200, answer.body
+        # A legacy-layout domain whose status already holds node-b's entry.
+        answer = server.send("POST", CD_PATH, {
+            "apiVersion": names.API_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+            "metadata": {"name": "agent-legacy"}, "spec": {
+                "numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "agent-legacy"}}}})
+        assert answer.code == 201, answer.body
+        cd = answer.body | {"status": {"status": "NotReady", "nodes": [
+            {"name": "policy-node-b", "ipAddress": "10.0.0.2", "cliqueID": "c.1", "index": 1,
+             "status": "NotReady"}]}}
+        assert server.send("PUT", f"{CD_PATH}/agent-legacy/status", cd).code == 200
+        _wait_agent_enforced(server)
+    return policies
+
+
+def _wait_agent_enforced(server: Server) -> None:
+    """Until the replaced Roles and policies and the new policies answer as shipped (each
+    is loaded on its own a few seconds after it changed): dry-runs allowed by the new RBAC
+    and Events policy, refused by the new clique and status policies."""
+    def forged_status() -> Obj:
+        cd = server.send("GET", f"{CD_PATH}/agent-legacy").body
+        cd["status"]["nodes"][0]["status"] = "Ready"
+        return cd
+
+    probes: dict[str, tuple[str, str, Any, str | int]] = {
+        "clique RBAC": ("POST", CLIQUES, _clique(DOMAIN_C, [_entry("policy-node-a", 0)]), 201),
+        "clique policy": ("POST", CLIQUES, _clique(DOMAIN_C, [_entry("policy-node-b", 0)]),
+                          "compute-domain-kubelet-plugin-cliques"),
+        "node events": ("POST", "/api/v1/namespaces/default/events",
+                        _node_event("policy-node-a", "probe"), 201),
+        "status policy": ("PUT", f"{CD_PATH}/agent-legacy/status", None,
+                          "compute-domain-kubelet-plugin-status"),
+    }
+
+    def enforced() -> bool:
+        for name, (method, path, body, want) in list(probes.items()):
+            answer = server.send(method, path, body if body is not None else forged_status(),
+                                 user="plugin-a", query={"dryRun": "All"})
+            if answer.code == want or (answer.code == 403 and isinstance(want, str)
+                                       and want in str(answer.body)):
+                del probes[name]
+        return not probes
+
+    with contextlib.suppress(AssertionError):  # the assertion below names what is left
+        eventually(enforced, "every agent-placement policy enforced", timeout=60, interval=0.3)
+    assert not probes, f"{server.name}: not as shipped yet: {sorted(probes)}"
+
+
+def test_agent_placement_plugin_writes_only_its_own_nodes_clique_entry(
+    agent_policies: Pair,
+) -> None:
+    pair = agent_policies
+    created = _same(pair, "agent: its node's entry in a new clique", "POST", CLIQUES,
+                    _clique(DOMAIN_C, [_entry("policy-node-a", 0)]), user="plugin-a")
+    assert [a.code for a in created] == [201, 201]
+    misnamed = _clique(DOMAIN_C, [_entry("policy-node-a", 0)])
+    misnamed["metadata"]["name"] = f"{DOMAIN_B}.c.1"
+    foreign = _same(pair, "agent: a clique named for another domain", "POST", CLIQUES,
+                    misnamed, user="plugin-a")
+    assert [a.code for a in foreign] == [403, 403]
+    # Another node's agent joins (written here as the admin).
+    for server in pair.servers():
+        current = server.send("GET", f"{CLIQUES}/{DOMAIN_C}.c.1").body
+        current["daemons"].append(_entry("policy-node-b", 1))
+        assert server.send("PUT", f"{CLIQUES}/{DOMAIN_C}.c.1", current).code == 200
+
+    def write(case: str, change: Any, user: str = "plugin-a") -> list[Answer]:
+        answers = []
+        for server in pair.servers():
+            current = server.send("GET", f"{CLIQUES}/{DOMAIN_C}.c.1").body
+            change(current)
+            answers.append(server.send("PUT", f"{CLIQUES}/{DOMAIN_C}.c.1", current, user=user))
+        pair.compare(f"policies: agent: {case}", tuple(answers), pick=_code)  # type: ignore[arg-type]
+        return answers
+
+    forged = write("another node's entry",
+                   lambda c: c["daemons"][1].update(status="Ready"))
+    assert [a.code for a in forged] == [403, 403]
+    dropped = write("dropping another node's entry", lambda c: c["daemons"].pop(1))
+    assert [a.code for a in dropped] == [403, 403]
+    relabelled = write("a relabel", lambda c: c["metadata"]["labels"].update(x="1"))
+    assert [a.code for a in relabelled] == [403, 403]
+    unbound = write("a token bound to no node",
+                    lambda c: c["daemons"][0].update(status="Ready"), user="plugin")
+    assert [a.code for a in unbound] == [403, 403]
+    mine = write("its own entry", lambda c: c["daemons"][0].update(status="Ready"))
+    assert [a.code for a in mine] == [200, 200]
+    _assert_clean(pair)
+
+
+def test_agent_placement_plugin_writes_events_only_about_its_own_node(
+    agent_policies: Pair,
+) -> None:
+    pair = agent_policies
+    events = "/api/v1/namespaces/default/events"
+    own = _same(pair, "agent: an Event on its Node", "POST", events,
+                _node_event("policy-node-a", "agent-own"), user="plugin-a")
+    assert [a.code for a in own] == [201, 201]
+    other = _same(pair, "agent: an Event on another Node", "POST", events,
+                  _node_event("policy-node-b", "agent-other"), user="plugin-a")
+    assert [a.code for a in other] == [403, 403]
+    # kube-apiserver's own Event validation already keeps a Node's Events in default.
+    elsewhere = _same(pair, "agent: a Node Event outside namespace default", "POST",
+                      f"/api/v1/namespaces/{NS}/events",
+                      _node_event("policy-node-a", "agent-ns"), user="plugin-a")
+    assert [a.code for a in elsewhere] == [422, 422]
+    _assert_clean(pair)
+
+
+def test_agent_placement_legacy_plugin_writes_only_its_own_status_entry(
+    agent_policies: Pair,
+) -> None:
+    """ComputeDomainCliques=false: the agents keep their entries in status.nodes."""
+    pair = agent_policies
+
+    def write(case: str, change: Any) -> list[Answer]:
+        answers = []
+        for server in pair.servers():
+            current = server.send("GET", f"{CD_PATH}/agent-legacy").body
+            change(current["status"]["nodes"])
+            answers.append(server.send("PUT", f"{CD_PATH}/agent-legacy/status", current,
+                                       user="plugin-a"))
+        pair.compare(f"policies: agent: legacy {case}", tuple(answers), pick=_code)  # type: ignore[arg-type]
+        return answers
+
+    mine = write("its own entry", lambda nodes: nodes.append(
+        {"name": "policy-node-a", "ipAddress": "10.0.0.1", "cliqueID": "c.1", "index": 0,
+         "status": "NotReady"}))
+    assert [a.code for a in mine] == [200, 200]
+    forged = write("another node's entry", lambda nodes: nodes[0].update(status="Ready"))
+    assert [a.code for a in forged] == [403, 403]
+    _assert_clean(pair)

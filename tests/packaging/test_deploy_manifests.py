@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,6 +23,9 @@ from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
 
 MODES = ("driverManaged", "hostManaged")
+# Every static manifest: each mode with pod placement, driverManaged with agent placement.
+VARIANTS = (*((mode, "pod") for mode in MODES), ("driverManaged", "agent"))
+VARIANT_IDS = [f"{mode}-{placement}" for mode, placement in VARIANTS]
 DRIVER_NS = "dra-driver-nvidia-gpu"
 USER_NS = "team-a"
 IMAGE = f"nvcr.io/nvidia/compute-domain-driver:v{__version__}"
@@ -67,19 +71,24 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 # --- rendering ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_committed_manifests_equal_helm_template(mode: str, helm_bin) -> None:
+@pytest.fixture(scope="module")
+def agent_rendered() -> list[dict[str, Any]]:
+    return manifests.load("driverManaged", placement="agent")
+
+
+@pytest.mark.parametrize(("mode", "placement"), VARIANTS, ids=VARIANT_IDS)
+def test_committed_manifests_equal_helm_template(mode: str, placement: str, helm_bin) -> None:
     """`make manifests` was run after the last chart change: the committed file is the
     chart's render, byte for byte."""
-    committed = manifests.manifest_path(mode).read_text()
-    assert manifests.render_static(helm_bin, mode) == committed, (
-        f"{manifests.manifest_path(mode)} is stale: run `make manifests`")
+    path = manifests.manifest_path(mode, placement)
+    assert manifests.render_static(helm_bin, mode, placement) == path.read_text(), (
+        f"{path} is stale: run `make manifests`")
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_every_object_validates(mode: str, rendered: dict) -> None:
+@pytest.mark.parametrize(("mode", "placement"), VARIANTS, ids=VARIANT_IDS)
+def test_every_object_validates(mode: str, placement: str) -> None:
     version = kubernetes_validate.latest_version()
-    for obj in rendered[mode]:
+    for obj in manifests.load(mode, placement):
         kubernetes_validate.validate(obj, version, strict=True)
 
 
@@ -107,6 +116,32 @@ def test_modes_differ_only_in_daemon_pieces_and_imex_mode(rendered: dict) -> Non
         {"cel": {"expression": names.DEVICE_CLASS_DAEMON_SELECTOR}}]
 
 
+def test_agent_placement_differs_only_in_daemon_pieces_and_plugin_policies(
+    rendered: dict, agent_rendered: list[dict[str, Any]]
+) -> None:
+    pod = {(o["kind"], o["metadata"]["name"]) for o in rendered["driverManaged"]}
+    agent = {(o["kind"], o["metadata"]["name"]) for o in agent_rendered}
+    daemon_policies = {(kind, f"compute-domain-daemon-{name}")
+                       for kind in ("ValidatingAdmissionPolicy",
+                                    "ValidatingAdmissionPolicyBinding")
+                       for name in ("cliques", "pods", "events", "status", "device-class")}
+    plugin_policies = {(kind, f"compute-domain-kubelet-plugin-{name}")
+                       for kind in ("ValidatingAdmissionPolicy",
+                                    "ValidatingAdmissionPolicyBinding")
+                       for name in ("cliques", "status")}
+    assert pod - agent == DAEMON_RBAC | daemon_policies | {
+        ("DeviceClass", names.DEVICE_CLASS_DAEMON)}
+    assert agent - pod == plugin_policies
+    for kind, name in (("Deployment", CONTROLLER), ("DaemonSet", PLUGIN)):
+        env = _env(_container(agent_rendered, kind, name))
+        assert (env["IMEX_MODE"], env["IMEX_PLACEMENT"]) == ("driverManaged", "agent")
+        assert _env(_container(rendered["driverManaged"], kind, name))["IMEX_PLACEMENT"] == "pod"
+    plugin = _container(agent_rendered, "DaemonSet", PLUGIN)
+    assert plugin["command"] == ["compute-domain-agent", "keep", "plugin"]
+    assert {"name": names.ENV_IMEX_ADDRESS,
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in plugin["env"]
+
+
 def test_one_image_for_controller_plugin_and_daemon_pods(rendered: dict) -> None:
     for objects in rendered.values():
         controller = _container(objects, "Deployment", CONTROLLER)
@@ -115,31 +150,38 @@ def test_one_image_for_controller_plugin_and_daemon_pods(rendered: dict) -> None
         assert _container(objects, "DaemonSet", PLUGIN)["image"] == IMAGE
 
 
+POD_IP = "10.0.0.1"
+
+
 def _parse_env(monkeypatch: pytest.MonkeyPatch, container: dict[str, Any],
                add_flags: Callable[[argparse.ArgumentParser], None]) -> argparse.Namespace:
     """The container's env as the program's own flag parser reads it (fieldRefs faked)."""
     for item in container["env"]:
-        monkeypatch.setenv(item["name"], item.get("value", "from-field-ref"))
+        field = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        monkeypatch.setenv(item["name"], item.get("value", POD_IP if field == "status.podIP"
+                                                  else "from-field-ref"))
     parser = argparse.ArgumentParser()
     add_flags(parser)
     args, extra = parser.parse_known_args(container["command"][1:])
-    assert extra == [] or extra == ["plugin"]
+    # `keep plugin`: the keeper runs the plugin with these flags.
+    assert extra in ([], ["plugin"], ["keep", "plugin"])
     return args
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_env_is_accepted_by_the_real_flag_parsers(mode: str, rendered: dict,
+@pytest.mark.parametrize(("mode", "placement"), VARIANTS, ids=VARIANT_IDS)
+def test_env_is_accepted_by_the_real_flag_parsers(mode: str, placement: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from agent.plugin.config import add_plugin_flags
     from agent.plugin.config import config_from_args as plugin_config
     from controller.config import add_controller_flags
     from controller.config import config_from_args as controller_config
 
-    objects = rendered[mode]
+    objects = manifests.load(mode, placement)
     with monkeypatch.context() as m:
         cfg = controller_config(_parse_env(m, _container(objects, "Deployment", CONTROLLER),
                                            add_controller_flags))
     assert cfg.host_managed == (mode == "hostManaged")
+    assert cfg.agent_placement == (placement == "agent")
     # The reference chart's defaults: one replica, leader election off, its Lease name.
     assert not cfg.leader_election and cfg.http_endpoint == ":8080"
     assert cfg.lease_name == LEASE
@@ -147,6 +189,8 @@ def test_env_is_accepted_by_the_real_flag_parsers(mode: str, rendered: dict,
         agent = plugin_config(_parse_env(m, _container(objects, "DaemonSet", PLUGIN),
                                          add_plugin_flags))
     assert agent.host_managed == (mode == "hostManaged")
+    assert agent.agent_placement == (placement == "agent")
+    assert agent.imex_address == (POD_IP if placement == "agent" else "")
     assert str(agent.plugins_dir) == names.KUBELET_PLUGINS_DIR
     assert str(agent.registrar_dir) == names.KUBELET_REGISTRY_DIR
     assert str(agent.cdi_root) == names.DEFAULT_CDI_ROOT
@@ -165,6 +209,10 @@ def test_env_is_accepted_by_the_real_flag_parsers(mode: str, rendered: dict,
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown IMEX mode 'bogus': use one of"):
         manifests.manifest_path("bogus")
+    with pytest.raises(ValueError, match="unknown IMEX placement 'host': use one of"):
+        manifests.manifest_path("driverManaged", "host")
+    with pytest.raises(ValueError, match="applies to driverManaged only, not hostManaged"):
+        manifests.load("hostManaged", placement="agent")
 
 
 # --- RBAC against the emulator ------------------------------------------------------------
@@ -399,3 +447,155 @@ def test_daemon_service_account(secured: dict[str, client.ApiClient]) -> None:
         "involvedObject": {"kind": "Pod", "name": DAEMON_POD, "namespace": USER_NS}}))
     _forbidden(lambda: custom.patch_namespaced_custom_object(*cd_args, "legacy", {}))
     _forbidden(lambda: custom.delete_namespaced_custom_object(*args, name))
+
+
+# --- agent placement: RBAC and policies against the emulator ------------------------------
+
+
+@pytest.fixture(scope="module")
+def secured_agent(agent_rendered: list[dict[str, Any]]) -> Iterator[dict[str, client.ApiClient]]:
+    """The agent-placement manifests applied with RBAC enforced; a client for the controller
+    and for the plugins of node-1 and node-2 (tokens bound to their pod or Node)."""
+    auth = TokenAuthenticator()
+    auth.add_admin("admin")
+    auth.add_service_account(SA_CONTROLLER, DRIVER_NS, SA_CONTROLLER)
+    for node in ("node-1", "node-2"):
+        auth.add_service_account(f"plugin@{node}", DRIVER_NS, SA_PLUGIN, extra={
+            "authentication.kubernetes.io/node-name": (node,)})
+    thread = ServerThread(authenticator=auth).start()
+    clients = {name: thread.api_client(name)
+               for name in ("admin", SA_CONTROLLER, "plugin@node-1", "plugin@node-2")}
+    try:
+        created = manifests.apply(clients["admin"], agent_rendered)
+        assert sorted(map(_key, created)) == sorted(map(_key, agent_rendered))
+        admin_core = client.CoreV1Api(clients["admin"])
+        admin_core.create_namespace({"metadata": {"name": USER_NS}})
+        for node in ("node-1", "node-2"):
+            admin_core.create_node({"metadata": {"name": node, "labels": {
+                names.LABEL_COMPUTE_DOMAIN: DAEMON_CD}}})
+        yield clients
+    finally:
+        for api in clients.values():
+            api.close()
+        thread.close()
+
+
+def _refused_by(call: Callable[[], Any], policy: str) -> None:
+    with pytest.raises(ApiException) as err:
+        call()
+    assert err.value.status == 403, err.value.body
+    assert policy in err.value.body, err.value.body
+
+
+def test_agent_placement_plugin_writes_only_its_own_nodes_clique_entry(
+    secured_agent: dict[str, client.ApiClient],
+) -> None:
+    """The plugin's own clique code (agent/daemon/clique_membership.py, as agent placement
+    runs it: no daemon pod) gets through; another node's entry, a relabel, a clique named
+    for another domain and a delete do not."""
+    from agent.daemon.clique_membership import CliqueMembership
+
+    plugin, other = secured_agent["plugin@node-1"], secured_agent["plugin@node-2"]
+    args = (names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES)
+    name = names.clique_object_name(DAEMON_CD, "c.1")
+
+    def membership(api: client.ApiClient, node: str) -> CliqueMembership:
+        return CliqueMembership(api, namespace=DRIVER_NS, cd_uid=DAEMON_CD, clique_id="c.1",
+                                node_name=node, pod_name="", pod_uid="")
+
+    async def join() -> None:
+        first, second = membership(plugin, "node-1"), membership(other, "node-2")
+        assert await first.join("10.0.0.1") == 0
+        assert await second.join("10.0.0.2") == 1
+        await first.set_status(True)
+        assert [d["nodeName"] for d in await first.peers()] == ["node-1", "node-2"]
+
+    asyncio.run(join())
+    custom = client.CustomObjectsApi(plugin)
+    custom.list_namespaced_custom_object(*args)
+    clique = custom.get_namespaced_custom_object(*args, name)
+    assert [d["status"] for d in clique["daemons"]] == [names.STATUS_READY,
+                                                        names.STATUS_NOT_READY]
+    assert not clique["metadata"].get("ownerReferences")  # the controller deletes it
+    policy = "compute-domain-kubelet-plugin-cliques"
+    forged = copy.deepcopy(clique)
+    forged["daemons"][1]["status"] = names.STATUS_READY
+    _refused_by(lambda: custom.replace_namespaced_custom_object(*args, name, forged), policy)
+    dropped = copy.deepcopy(clique)
+    del dropped["daemons"][1]
+    _refused_by(lambda: custom.replace_namespaced_custom_object(*args, name, dropped), policy)
+    relabelled = copy.deepcopy(clique)
+    relabelled["metadata"]["labels"]["extra"] = "x"
+    _refused_by(lambda: custom.replace_namespaced_custom_object(*args, name, relabelled), policy)
+    foreign = "1f3c2a9e-1b2c-4d5e-8f90-123456789abc"
+    _refused_by(lambda: custom.create_namespaced_custom_object(*args, {
+        "apiVersion": names.API_VERSION, "kind": names.KIND_CLIQUE,
+        "metadata": {"name": names.clique_object_name(foreign, "c.1"),
+                     "labels": {names.LABEL_COMPUTE_DOMAIN: DAEMON_CD}},
+        "daemons": []}), policy)
+    _forbidden(lambda: custom.delete_namespaced_custom_object(*args, name))
+    _forbidden(lambda: custom.list_namespaced_custom_object(
+        names.GROUP, names.VERSION, USER_NS, names.PLURAL_CLIQUES))
+
+    async def leave() -> None:
+        await membership(other, "node-2").leave()
+
+    asyncio.run(leave())
+    clique = custom.get_namespaced_custom_object(*args, name)
+    assert [d["nodeName"] for d in clique["daemons"]] == ["node-1"]
+    # The controller prunes entries and deletes a deleted domain's cliques.
+    controller = client.CustomObjectsApi(secured_agent[SA_CONTROLLER])
+    client.CoreV1Api(secured_agent[SA_CONTROLLER]).list_node(
+        label_selector=f"{names.LABEL_COMPUTE_DOMAIN}={DAEMON_CD}")
+    controller.replace_namespaced_custom_object(*args, name, clique)
+    controller.delete_namespaced_custom_object(*args, name)
+
+
+def test_agent_placement_plugin_writes_its_node_events_and_legacy_status_entry(
+    secured_agent: dict[str, client.ApiClient],
+) -> None:
+    from agent.daemon.events import REASON_EXITED, PodEvents
+    from agent.daemon.identity import DaemonIdentity
+    from agent.daemon.legacy_clique_membership import LegacyMembership
+    from runtime.events import node_ref
+
+    plugin = secured_agent["plugin@node-1"]
+    core, custom = client.CoreV1Api(plugin), client.CustomObjectsApi(plugin)
+    admin_core = client.CoreV1Api(secured_agent["admin"])
+    identity = DaemonIdentity(
+        clique_id="c.1", cd_uid=DAEMON_CD, cd_name="x", cd_namespace=USER_NS,
+        node_name="node-1", pod_ip="10.0.0.1", pod_uid="", pod_name="",
+        pod_namespace=DRIVER_NS, max_nodes=2)
+
+    async def record() -> None:
+        events = PodEvents(plugin, identity, involved=node_ref("node-1"))
+        assert events.warning(REASON_EXITED, "nvidia-imex exited with code 1")
+        await events.close()
+
+    asyncio.run(record())
+    [event] = [e for e in admin_core.list_namespaced_event("default").items
+               if e.involved_object.kind == "Node"]
+    assert (event.involved_object.name, event.reason) == ("node-1", REASON_EXITED)
+    _refused_by(lambda: core.create_namespaced_event("default", {
+        "metadata": {"generateName": "node-2-"}, "reason": "R", "message": "m",
+        "reportingComponent": "c", "reportingInstance": "node-1",
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": "node-2"}}),
+        "compute-domain-kubelet-plugin-events")
+    # Legacy layout (ComputeDomainCliques=false): its node's entry in status.nodes.
+    cd = _create_cd(secured_agent["admin"], "legacy-agent")
+    cd_args = (names.GROUP, names.VERSION, USER_NS, names.PLURAL_COMPUTE_DOMAINS)
+
+    async def join() -> None:
+        for api, node, ip in ((plugin, "node-1", "10.0.0.1"),
+                              (secured_agent["plugin@node-2"], "node-2", "10.0.0.2")):
+            await LegacyMembership(
+                api, cd_namespace=USER_NS, cd_name="legacy-agent", cd_uid=cd["metadata"]["uid"],
+                clique_id="c.1", node_name=node).join(ip)
+
+    asyncio.run(join())
+    current = custom.get_namespaced_custom_object(*cd_args, "legacy-agent")
+    assert [n["name"] for n in current["status"]["nodes"]] == ["node-1", "node-2"]
+    current["status"]["nodes"][1]["status"] = names.STATUS_READY
+    _refused_by(lambda: custom.replace_namespaced_custom_object_status(
+        *cd_args, "legacy-agent", current), "compute-domain-kubelet-plugin-status")
+    _forbidden(lambda: custom.patch_namespaced_custom_object(*cd_args, "legacy-agent", {}))

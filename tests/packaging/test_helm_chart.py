@@ -1,7 +1,7 @@
 """The Helm chart (packaging/helm/dra-driver-nvidia-gpu) rendered by the real helm
 (`make helm`): lint, the reference chart's names for the same release and values, each IMEX
-mode, the reference's own values file, and the clear failure of every value it refuses.
-The install into a running cluster is tests/sim/test_helm_install.py."""
+mode and placement, the reference's own values file, and the clear failure of every value it
+refuses. The install into a running cluster is tests/sim/test_helm_install.py."""
 
 from __future__ import annotations
 
@@ -99,9 +99,9 @@ def env(container: Obj) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or ()}
 
 
-def test_lint_is_clean_in_both_modes(helm_bin: Path) -> None:
-    for mode in manifests.MODE_VALUES:
-        sets = [f"--set={k}={v}" for k, v in manifests.MODE_VALUES[mode].items()]
+def test_lint_is_clean_in_each_mode_and_placement(helm_bin: Path) -> None:
+    for values in (*manifests.MODE_VALUES.values(), manifests.PLACEMENT_VALUES["agent"]):
+        sets = [f"--set={k}={v}" for k, v in values.items()]
         done = helm(helm_bin, "lint", "--strict", CHART, "--namespace", NS, *sets)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
@@ -206,6 +206,75 @@ def test_host_managed_renders_no_daemon_device_class_and_no_daemon_rbac(helm_bin
     assert "IMEX_HOST_SOCKET_PATH" not in default
 
 
+AGENT = ("--set", "resources.computeDomains.imex.placement=agent")
+
+
+def rules(objects: list[Obj], kind: str, name: str, namespace: str = "") -> dict[str, list[str]]:
+    """resource -> verbs of a (Cluster)Role."""
+    [role] = [o for o in objects if key(o) == (kind, namespace, name)]
+    return {r: rule["verbs"] for rule in role["rules"] for r in rule["resources"]}
+
+
+def test_agent_placement_runs_imex_in_the_plugin_without_daemon_pieces(helm_bin: Path) -> None:
+    driver = render(helm_bin)
+    objects = render(helm_bin, *AGENT)
+    for obj in objects:
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+    pod, agent = {key(o) for o in driver}, {key(o) for o in objects}
+    plugin_policies = {(kind, "", f"compute-domain-kubelet-plugin-{name}")
+                       for kind in ("ValidatingAdmissionPolicy",
+                                    "ValidatingAdmissionPolicyBinding")
+                       for name in ("cliques", "status")}
+    # No daemon DeviceClass, ServiceAccount, RBAC or daemon policies; the plugin's own
+    # clique and status policies instead.
+    assert agent - pod == plugin_policies
+    assert {k for k in pod - agent} == {k for k in pod if "compute-domain-daemon" in k[2]}
+    assert not [k for k in agent if "compute-domain-daemon" in k[2]]
+    for kind in ("Deployment", "DaemonSet"):
+        assert env(pod_spec(driver, kind)["containers"][0])["IMEX_PLACEMENT"] == "pod"
+        assert env(pod_spec(objects, kind)["containers"][0])["IMEX_PLACEMENT"] == "agent"
+    [plugin] = pod_spec(objects, "DaemonSet")["containers"]
+    # nvidia-imex listens on the pod IP; `keep` restarts a plugin that died, whose IMEX
+    # children live on.
+    assert env(plugin)["IMEX_ADDRESS"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert plugin["command"] == ["compute-domain-agent", "keep", "plugin"]
+    [default_plugin] = pod_spec(driver, "DaemonSet")["containers"]
+    assert default_plugin["command"] == ["compute-domain-agent", "plugin"]
+    assert "IMEX_ADDRESS" not in env(default_plugin)
+    # The plugin writes cliques and (without them) ComputeDomain status as a daemon did;
+    # the controller deletes a deleted domain's cliques (no daemon pod owns them).
+    role, cluster_role = "dra-driver-nvidia-gpu-role-", "dra-driver-nvidia-gpu-clusterrole-"
+    assert rules(objects, "Role", f"{role}kubeletplugin", NS)["computedomaincliques"] == [
+        "get", "list", "watch", "create", "update", "patch"]
+    assert rules(driver, "Role", f"{role}kubeletplugin", NS)["computedomaincliques"] == [
+        "list", "watch"]
+    assert rules(objects, "ClusterRole", f"{cluster_role}kubeletplugin")[
+        "computedomains/status"] == ["update"]
+    assert "computedomains/status" not in rules(driver, "ClusterRole",
+                                                f"{cluster_role}kubeletplugin")
+    assert rules(objects, "Role", f"{role}controller", NS)["computedomaincliques"] == [
+        "update", "delete"]
+    assert rules(driver, "Role", f"{role}controller", NS)["computedomaincliques"] == ["update"]
+    assert "list" in rules(objects, "ClusterRole", f"{cluster_role}controller")["nodes"]
+    # Events on its own Node (namespace default) are the plugin's in agent placement only.
+    events = one(objects, "ValidatingAdmissionPolicy", "compute-domain-kubelet-plugin-events")
+    [check] = events["spec"]["validations"]
+    assert 'object.involvedObject.kind == "Node"' in check["expression"]
+    events = one(driver, "ValidatingAdmissionPolicy", "compute-domain-kubelet-plugin-events")
+    assert '"Node"' not in events["spec"]["validations"][0]["expression"]
+
+
+def test_pod_placement_is_the_default_and_renders_as_before(helm_bin: Path) -> None:
+    default = helm(helm_bin, "template", RELEASE, CHART, "--namespace", NS)
+    explicit = helm(helm_bin, "template", RELEASE, CHART, "--namespace", NS,
+                    "--set", "resources.computeDomains.imex.placement=pod")
+    assert default.returncode == explicit.returncode == 0, default.stderr + explicit.stderr
+    assert default.stdout == explicit.stdout
+    # The one addition of the placement to a pod-placement render: IMEX_PLACEMENT=pod.
+    assert default.stdout.count('- name: IMEX_PLACEMENT\n          value: "pod"\n') == 2
+    assert '"keep"' not in default.stdout and "IMEX_ADDRESS" not in default.stdout
+
+
 def test_values_reach_the_containers(helm_bin: Path) -> None:
     objects = render(
         helm_bin, "--set", "logVerbosity=6", "--set", "logFormat=json",
@@ -291,6 +360,14 @@ def test_the_reference_values_file_renders_once_gpus_are_off(helm_bin: Path) -> 
          "feature gate to be enabled: add --set featureGates.HostManagedIMEXDaemon=true"),
         (["--set", "resources.computeDomains.imex.mode=host"],
          'unknown resources.computeDomains.imex.mode "host": set it to driverManaged'),
+        (["--set", "resources.computeDomains.imex.placement=agent", "--set",
+          "resources.computeDomains.imex.mode=hostManaged", "--set",
+          "featureGates.HostManagedIMEXDaemon=true"],
+         'resources.computeDomains.imex.placement="agent" applies to mode driverManaged only'),
+        (["--set", "resources.computeDomains.imex.placement=host"],
+         "at '/resources/computeDomains/imex/placement': value must be one of 'pod', 'agent'"),
+        (["--skip-schema-validation", "--set", "resources.computeDomains.imex.placement=host"],
+         'unknown resources.computeDomains.imex.placement "host": set it to pod'),
         (["--set", "resources.computeDomains.imex.isolation=channel"],
          'resources.computeDomains.imex.isolation="channel" is not supported yet: per-workload '
          "IMEX channel allocation is not implemented"),

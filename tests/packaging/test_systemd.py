@@ -1,4 +1,5 @@
-"""The systemd unit and environment file for a host-managed node."""
+"""The systemd unit and environment file for a host-managed node (or one whose agent runs
+nvidia-imex itself: agent placement)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,14 @@ def test_unit_runs_the_plugin_next_to_the_host_imex_service(unit):
     assert i["WantedBy"] == ["multi-user.target"]
 
 
+def test_unit_stops_only_the_agent_so_its_imex_children_outlive_a_restart(unit):
+    """Agent placement: a restart or upgrade of the agent leaves the nvidia-imex it started
+    running for the next agent to adopt (systemd still reaps them)."""
+    s = unit["Service"]
+    assert s["KillMode"] == ["process"]
+    assert s["KillSignal"] == ["SIGTERM"]
+
+
 def test_unit_sandbox_leaves_only_the_plugin_paths_writable(unit):
     s = unit["Service"]
     assert s["ProtectSystem"] == ["strict"]
@@ -134,6 +143,30 @@ def test_env_file_selects_host_managed_mode(monkeypatch):
     assert str(config.plugins_dir) == "/var/lib/kubelet/plugins"
     # The cliques live in the namespace the Helm chart (and packaging/deploy) installs into.
     assert config.namespace == manifests.NAMESPACE
+
+
+def test_env_file_agent_placement_lines_as_its_comments_say(monkeypatch):
+    """The commented IMEX_PLACEMENT and IMEX_ADDRESS, turned on with the changes the file
+    lists (driverManaged, no HostManagedIMEXDaemon gate, no host socket), are a valid
+    agent-placement config."""
+    text = ENV_FILE.read_text()
+    commented = dict(re.findall(r"^#(IMEX_PLACEMENT|IMEX_ADDRESS)=(\S+)$", text, re.M))
+    assert commented == {"IMEX_PLACEMENT": "agent", "IMEX_ADDRESS": "192.0.2.10"}
+    for name in plugin_env_names():
+        monkeypatch.delenv(name, raising=False)
+    env = parse_env_file(ENV_FILE)
+    for key in ("FEATURE_GATES", "IMEX_HOST_SOCKET_PATH"):
+        del env[key]
+    env |= commented | {"IMEX_MODE": "driverManaged"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("NODE_NAME", "gb200-node-1")
+    config = config_from_args(plugin_parser().parse_args([]))
+    assert config.agent_placement and not config.host_managed
+    assert config.imex_address == "192.0.2.10"
+    assert config.gates.enabled(COMPUTE_DOMAIN_CLIQUES)
+    # Left as shipped, the file is still host-managed: placement is pod.
+    assert "IMEX_PLACEMENT" not in parse_env_file(ENV_FILE)
 
 
 def verified_copy(tmp_path: Path) -> Path:

@@ -45,6 +45,7 @@ def chain(cluster: SimCluster, name: str, namespace: str = NAMESPACE) -> Evidenc
         driver_namespace=cluster.namespace,
         host_managed=cluster.host_managed,
         node_roots={n: node.host.root for n, node in cluster.nodes.items()},
+        agent_placement=cluster.spec.imex_placement == "agent",
     )
 
 

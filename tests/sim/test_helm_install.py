@@ -82,13 +82,19 @@ def test_install_upgrade_and_uninstall_as_the_reference_runbook_does(
     listing = up.logs_holding("imex-channel-injection", ("channel0",))
     assert "channel0" in listing.split(), listing
 
-    # A mode change under a running ComputeDomain is refused, and changes nothing.
+    # A mode or placement change under a running ComputeDomain is refused, and changes
+    # nothing.
     refused = helm.run("upgrade", RELEASE, str(manifests.CHART_DIR), "--set",
                        "resources.computeDomains.imex.mode=hostManaged",
                        "--set", "featureGates.HostManagedIMEXDaemon=true")
     assert refused.returncode == 1
     assert ("changing mode driverManaged -> hostManaged is refused while 1 ComputeDomain(s) "
             "exist (default/imex-channel-injection)") in refused.stderr, refused.stderr
+    refused = helm.run("upgrade", RELEASE, str(manifests.CHART_DIR), "--set",
+                       "resources.computeDomains.imex.placement=agent")
+    assert refused.returncode == 1
+    assert ("changing placement pod -> agent is refused while 1 ComputeDomain(s) exist "
+            "(default/imex-channel-injection)") in refused.stderr, refused.stderr
     # Any other upgrade goes through (helm patches the Deployment and the DaemonSet with
     # three-way strategic merge patches).
     helm.ok("upgrade", RELEASE, str(manifests.CHART_DIR), "--set", "logVerbosity=6", "--wait",

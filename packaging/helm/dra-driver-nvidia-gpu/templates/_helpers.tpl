@@ -82,6 +82,24 @@ compute-domain-daemon-service-account
 {{- if eq .Values.resources.computeDomains.imex.mode "hostManaged" -}}true{{- end -}}
 {{- end -}}
 
+{{/* IMEX_PLACEMENT: pod or agent (pod where a values file from before the key lacks it). */}}
+{{- define "cd.placement" -}}
+{{- default "pod" .Values.resources.computeDomains.imex.placement -}}
+{{- end -}}
+
+{{/*
+The kubelet plugin supervises nvidia-imex itself (driverManaged, placement agent): no daemon
+DeviceClass, daemon RBAC or daemon policies; the plugin writes its node's clique entries.
+*/}}
+{{- define "cd.agentPlacement" -}}
+{{- if and (not (include "cd.hostManaged" .)) (eq (include "cd.placement" .) "agent") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The controller creates IMEX daemon pods (driverManaged, placement pod). */}}
+{{- define "cd.daemonPods" -}}
+{{- if not (or (include "cd.hostManaged" .) (include "cd.agentPlacement" .)) -}}true{{- end -}}
+{{- end -}}
+
 {{/*
 The driver namespace and the controller's ADDITIONAL_NAMESPACES, comma-separated, without
 duplicates: the controller looks for (and cleans up) daemon DaemonSets and cliques in each,
