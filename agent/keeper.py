@@ -49,7 +49,7 @@ class Backoff:
         if ran >= self.stable_after:
             self.failures = 0
             return 0.0
-        self.failures += 1
+        self.failures = min(self.failures + 1, 62)  # keep 2**n a sane float
         return float(min(self.maximum, self.initial * 2.0 ** (self.failures - 1)))
 
 

@@ -129,6 +129,9 @@ do_uninstall() {
     paths
     if real_root && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
         if systemctl is-active --quiet "$UNIT" || systemctl is-enabled --quiet "$UNIT"; then
+            # KillMode=process leaves the agent's nvidia-imex children running on a stop
+            # (for the next agent to adopt); an uninstall ends them too.
+            systemctl kill --kill-whom=all "$UNIT" 2>/dev/null || true
             systemctl disable --now "$UNIT" || true
         fi
     fi

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import signal
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,8 +220,14 @@ class DetachedLauncher:
         with contextlib.suppress(FileNotFoundError):
             if path.lstat().st_size > LOG_LIMIT:
                 path.replace(path.with_name(LOG_FILE + ".1"))
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-        return os.open(path, flags, 0o600)
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+                 | os.O_NONBLOCK)  # a FIFO planted there must not block the open
+        fd = os.open(path, flags, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise NotRegularFileError(f"{path} is not a regular file")
+        os.set_blocking(fd, True)
+        return fd
 
     def record(self) -> ChildRecord | None:
         try:

@@ -10,13 +10,16 @@ is a stable failure.
 from __future__ import annotations
 
 from agent.diagnose.facts import (
+    AGENT_PLACEMENT,
     CONTROLLER_DEPLOYMENT,
     CRD_PATH,
+    PLUGIN_DAEMONSET,
     Facts,
     Obj,
     labels,
     md,
     parse_time,
+    placement_of,
 )
 from agent.diagnose.reader import named
 from agent.diagnose.report import BROKEN, WAITING, Boundary
@@ -35,6 +38,8 @@ def overlay(facts: Facts) -> str:
     if facts.host_managed:
         command += (" --set resources.computeDomains.imex.mode=hostManaged"
                     " --set featureGates.HostManagedIMEXDaemon=true")
+    elif facts.agent_placement:
+        command += f" --set resources.computeDomains.imex.placement={AGENT_PLACEMENT}"
     return command
 
 
@@ -57,7 +62,7 @@ def installation(facts: Facts, grace: float) -> Boundary:
             b.fail(BROKEN, f"CRD {crd} is not installed", overlay(facts))
         b.see(f"CRD {crd}: {'installed' if obj is not None else 'MISSING'}")
     wanted = [names.DEVICE_CLASS_DEFAULT_CHANNEL]
-    if not facts.host_managed:
+    if not facts.host_managed and not facts.agent_placement:
         wanted.append(names.DEVICE_CLASS_DAEMON)
     for cls in wanted:
         refused = facts.unreadable(facts.device_class_path(cls))
@@ -71,8 +76,24 @@ def installation(facts: Facts, grace: float) -> Boundary:
         else:
             b.see(f"DeviceClass {cls}: installed")
     b.see(f"IMEX mode: {facts.mode} ({facts.mode_source})")
+    if not facts.host_managed:
+        _placement(facts, b)
     _controller(facts, b)
     return b
+
+
+def _placement(facts: Facts, b: Boundary) -> None:
+    """The controller decides whether daemon objects exist, the agents whether they run
+    nvidia-imex: when the two disagree, either no one runs it or two do."""
+    b.see(f"IMEX placement: {facts.placement} ({facts.placement_source})")
+    controller, plugin = placement_of(facts.controller), placement_of(facts.plugin_daemonset)
+    if controller and plugin and controller != plugin:
+        ns = facts.driver_namespace
+        b.fail(BROKEN, f"the controller runs IMEX placement {controller!r} but the kubelet "
+               f"plugin {plugin!r}: both must be installed with the same "
+               "resources.computeDomains.imex.placement",
+               f"kubectl -n {ns} get deploy/{CONTROLLER_DEPLOYMENT} ds/{PLUGIN_DAEMONSET} -o "
+               f"yaml | grep -A1 {names.ENV_IMEX_PLACEMENT}; {overlay(facts)}")
 
 
 def _controller(facts: Facts, b: Boundary) -> None:
@@ -129,7 +150,9 @@ def publication(facts: Facts, grace: float) -> Boundary:
     _unbound_candidates(facts, by_node, b)
     if not targets:
         b.see("no workload pod is bound to a node yet")
-    wanted = [names.DEVICE_CHANNEL_0] + ([] if facts.host_managed else [names.DEVICE_DAEMON_0])
+    wanted = [names.DEVICE_CHANNEL_0]
+    if not facts.host_managed and not facts.agent_placement:
+        wanted.append(names.DEVICE_DAEMON_0)  # the daemon pods' device
     for node in targets:
         devices = by_node.get(node)
         unregistered = _kubelet_says_unregistered(facts, node)
@@ -235,7 +258,9 @@ def reconciliation(facts: Facts, grace: float) -> Boundary:
         b.fail(by_age(age, grace), "the controller has not reconciled this ComputeDomain "
                f"yet (no {names.FINALIZER} finalizer, {age:.0f}s after creation)",
                controller_logs(facts))
-    if not facts.host_managed:
+    if facts.agent_placement:
+        _no_daemon_objects(facts, b)
+    elif not facts.host_managed:
         _daemon_objects(facts, b, age, grace)
     status = cd.get("status") or {}
     b.see(f"status.status={status.get('status') or '(unset)'}, "
@@ -296,6 +321,27 @@ def _daemon_objects(facts: Facts, b: Boundary, age: float, grace: float) -> None
                   f"desired, {st.get('numberReady', 0)} ready")
         else:
             b.see(f"daemon ResourceClaimTemplate {ns}/{name}: present")
+
+
+def _no_daemon_objects(facts: Facts, b: Boundary) -> None:
+    """Agent placement: the node agents run nvidia-imex, so the controller must not have
+    made daemon objects; if it did, a controller of the other placement reconciles."""
+    ns, name = facts.driver_namespace, names.daemon_object_name(facts.uid)
+    found = [f"{kind} {ns}/{name}" for kind, obj in (
+        ("ResourceClaimTemplate", facts.daemon_template), ("DaemonSet", facts.daemonset))
+        if obj is not None]
+    if facts.daemon_pods:
+        found.append(f"{len(facts.daemon_pods)} daemon pod(s)")
+    if not found:
+        b.see("no daemon DaemonSet or ResourceClaimTemplate expected: IMEX runs in the node "
+              "agents (agent placement)")
+        return
+    b.see(f"daemon objects of this domain exist in agent placement: {', '.join(found)}")
+    b.fail(BROKEN, "the controller and the node agents disagree about the IMEX placement: "
+           f"the agents run nvidia-imex themselves, yet {', '.join(found)} exist for this "
+           "domain (left from a pod-placement install, or a controller of placement pod "
+           "reconciles it)",
+           f"kubectl -n {ns} get deploy,daemonsets -o wide; {controller_logs(facts)}")
 
 
 def allocation(facts: Facts, grace: float) -> Boundary:

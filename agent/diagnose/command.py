@@ -37,7 +37,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         return EXIT_USAGE
     try:
         report = diagnose(Reader(api), namespace, name, args.driver_namespace,
-                          grace=args.grace, mode=args.mode, sim_root=args.sim_root, now=now)
+                          grace=args.grace, mode=args.mode, placement=args.placement,
+                          sim_root=args.sim_root, now=now)
     except ReadError as error:
         print(f"diagnose: {error}", file=err)
         return EXIT_USAGE
@@ -51,9 +52,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
 
 
 def diagnose(reader: Reader, namespace: str, name: str, driver_namespace: str, *,
-             grace: float = DEFAULT_GRACE_S, mode: str = "", sim_root: Path | None = None,
-             now: datetime | None = None) -> Report:
-    facts = gather(reader, namespace, name, driver_namespace, now, mode)
+             grace: float = DEFAULT_GRACE_S, mode: str = "", placement: str = "",
+             sim_root: Path | None = None, now: datetime | None = None) -> Report:
+    facts = gather(reader, namespace, name, driver_namespace, now, mode, placement)
     return evaluate(facts, grace, sim_root)
 
 
@@ -86,7 +87,13 @@ def evaluate(facts: Facts, grace: float, sim_root: Path | None = None) -> Report
         boundaries += [*live, node_checks.cleanup(facts, grace)]
     status = ((facts.cd or {}).get("status") or {}).get("status")
     domain = {"namespace": facts.namespace, "name": facts.name, "uid": facts.uid or None,
-              "mode": facts.mode, "status": status, "ageSeconds": round(facts.age(facts.cd), 1),
+              "mode": facts.mode, "placement": _placement(facts), "status": status,
+              "ageSeconds": round(facts.age(facts.cd), 1),
               "deleting": bool(((facts.cd or {}).get("metadata") or {}).get("deletionTimestamp")),
               "nodes": cluster_checks.target_nodes(facts)}
     return Report(domain, boundaries, unreadable=dict(facts.errors))
+
+
+def _placement(facts: Facts) -> str | None:
+    """The IMEX placement of the report (None for host-managed, where it means nothing)."""
+    return None if facts.host_managed else facts.placement

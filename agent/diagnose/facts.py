@@ -21,12 +21,16 @@ Obj = dict[str, Any]
 
 DRIVER_MANAGED = MODE_DRIVER_MANAGED
 HOST_MANAGED = MODE_HOST_MANAGED
+POD_PLACEMENT = names.PLACEMENT_POD
+AGENT_PLACEMENT = names.PLACEMENT_AGENT
 # The Helm chart's names for its default release (`dra-driver-nvidia-gpu`, as the reference's).
 CONTROLLER_DEPLOYMENT = "dra-driver-nvidia-gpu-controller"
 PLUGIN_DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"
+PLUGIN_CONTAINER = "compute-domains"  # the node agent's container in its pod
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 NODE_PATH = "/api/v1/nodes"
+NODE_EVENTS_NAMESPACE = "default"  # where Events about a Node (cluster-scoped) live
 
 
 def ns_path(namespace: str, plural: str, group: str = "", version: str = "v1") -> str:
@@ -52,6 +56,25 @@ def md(obj: Mapping[str, Any] | None) -> Obj:
 
 def labels(obj: Mapping[str, Any] | None) -> Obj:
     return dict(md(obj).get("labels") or {})
+
+
+def container_env(obj: Mapping[str, Any] | None, name: str) -> str:
+    """The value a Deployment's or DaemonSet's pod template gives variable `name` ('' for
+    none): how the chart tells each component its settings."""
+    spec = ((((obj or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
+    for container in spec.get("containers") or ():
+        for env in container.get("env") or ():
+            if env.get("name") == name and env.get("value"):
+                return str(env["value"])
+    return ""
+
+
+def placement_of(workload: Mapping[str, Any] | None) -> str:
+    """The IMEX placement a controller Deployment or plugin DaemonSet runs with ('' when
+    the object is not there); unset means pod, as the components' flag defaults."""
+    if workload is None:
+        return ""
+    return container_env(workload, names.ENV_IMEX_PLACEMENT) or POD_PLACEMENT
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -91,6 +114,8 @@ class Facts:
     labelled_nodes: list[str] = field(default_factory=list)  # carry this CD's label
     mode: str = DRIVER_MANAGED
     mode_source: str = ""
+    placement: str = POD_PLACEMENT
+    placement_source: str = ""
     errors: dict[str, str] = field(default_factory=dict)
 
     # --- the ComputeDomain -----------------------------------------------------------
@@ -115,6 +140,11 @@ class Facts:
     @property
     def host_managed(self) -> bool:
         return self.mode == HOST_MANAGED
+
+    @property
+    def agent_placement(self) -> bool:
+        """The node agents run nvidia-imex themselves: no daemon objects, pods or claims."""
+        return not self.host_managed and self.placement == AGENT_PLACEMENT
 
     def age(self, obj: Mapping[str, Any] | None) -> float:
         """Seconds since `obj` was created (0 when unknown)."""
@@ -146,6 +176,13 @@ class Facts:
         chosen = live or pods
         return chosen[0] if chosen else None
 
+    def plugin_pod_on(self, node: str) -> Obj | None:
+        """The node agent's pod on `node` (a live one first)."""
+        pods = [p for p in self.plugin_pods if (p.get("spec") or {}).get("nodeName") == node]
+        live = [p for p in pods if not md(p).get("deletionTimestamp")]
+        chosen = live or pods
+        return chosen[0] if chosen else None
+
     def node_clique(self, node: str) -> str:
         """The node's NVLink clique ID as the agent labelled it ('' for none)."""
         return str(labels(self.nodes.get(node)).get(names.LABEL_GPU_CLIQUE) or "")
@@ -161,17 +198,13 @@ class Facts:
         return next((c for c in self.cliques if md(c).get("name") == wanted), None), None
 
     def max_nodes(self) -> int:
-        """MAX_NODES_PER_IMEX_DOMAIN as the controller gave it to the daemon pods."""
-        spec = ((((self.daemonset or {}).get("spec") or {}).get("template") or {})
-                .get("spec") or {})
-        for container in spec.get("containers") or ():
-            for env in container.get("env") or ():
-                if env.get("name") == names.ENV_MAX_NODES_PER_IMEX_DOMAIN:
-                    try:
-                        return int(env.get("value"))
-                    except (TypeError, ValueError):
-                        break
-        return names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+        """MAX_NODES_PER_IMEX_DOMAIN as whoever runs nvidia-imex got it: the daemon pods
+        from the controller, or the node agents from their DaemonSet."""
+        source = self.plugin_daemonset if self.agent_placement else self.daemonset
+        try:
+            return int(container_env(source, names.ENV_MAX_NODES_PER_IMEX_DOMAIN))
+        except ValueError:
+            return names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 
     # --- events ---------------------------------------------------------------------
 
@@ -192,6 +225,17 @@ class Facts:
             if reasons and event.get("reason") not in reasons:
                 continue
             out.append(event)
+        return sorted(out, key=lambda e: self.event_time(e) or self.now)
+
+    def node_events(self, node: str, *reasons: str, since: float | None = None) -> list[Obj]:
+        """Events about Node `node` (the node agent's nvidia-imex writes them there, without
+        its UID), newest last; `since`: only those of the last `since` seconds, because a
+        node serves one domain after another and older ones may be about another domain."""
+        out = [e for e in self.events
+               if (e.get("involvedObject") or {}).get("kind") == "Node"
+               and (e.get("involvedObject") or {}).get("name") == node
+               and (not reasons or e.get("reason") in reasons)
+               and (since is None or self.event_age(e) <= since)]
         return sorted(out, key=lambda e: self.event_time(e) or self.now)
 
     def event_time(self, event: Mapping[str, Any]) -> datetime | None:
@@ -237,7 +281,7 @@ class DraReader:
 
 
 def gather(reader: Reader, namespace: str, name: str, driver_namespace: str,
-           now: datetime | None = None, mode: str = "") -> Facts:
+           now: datetime | None = None, mode: str = "", placement: str = "") -> Facts:
     """Read what the checks need; a missing ComputeDomain stops after the installation."""
     facts = Facts(namespace, name, driver_namespace, now or datetime.now(UTC))
     dra = DraReader(reader)
@@ -256,6 +300,8 @@ def gather(reader: Reader, namespace: str, name: str, driver_namespace: str,
         selector = ((facts.plugin_daemonset.get("spec") or {}).get("selector") or {})
         match = ",".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
         facts.plugin_pods = reader.items(ns_path(driver_namespace, "pods"), labels=match)
+    # Before the domain's objects: agent placement reads the Nodes' Events too.
+    facts.placement, facts.placement_source = _placement(facts, placement)
     facts.slices = [s for s in dra.items("resourceslices")
                     if (s.get("spec") or {}).get("driver") == names.DRIVER_NAME]
     facts.nodes = {md(n)["name"]: n for n in reader.items(NODE_PATH) if md(n).get("name")}
@@ -294,18 +340,20 @@ def _gather_domain(reader: Reader, dra: DraReader, facts: Facts) -> None:
     facts.events = reader.items(ns_path(ns, "events"))
     if dns != ns:
         facts.events += reader.items(ns_path(dns, "events"))
+    if facts.placement == AGENT_PLACEMENT and NODE_EVENTS_NAMESPACE not in (ns, dns):
+        facts.events += reader.items(ns_path(NODE_EVENTS_NAMESPACE, "events"),
+                                     fields="involvedObject.kind=Node")
 
 
 def _mode(facts: Facts, wanted: str) -> tuple[str, str]:
     """Which IMEX mode the driver runs in, and how we know."""
     if wanted:
         return wanted, "--mode"
-    containers = (((((facts.controller or {}).get("spec") or {}).get("template") or {})
-                   .get("spec") or {}).get("containers") or ())
-    for container in containers:
-        for env in container.get("env") or ():
-            if env.get("name") == names.ENV_IMEX_MODE and env.get("value"):
-                return str(env["value"]), "the controller Deployment's IMEX_MODE"
+    value = container_env(facts.controller, names.ENV_IMEX_MODE)
+    if value:
+        return value, "the controller Deployment's IMEX_MODE"
+    if facts.placement == AGENT_PLACEMENT:
+        return DRIVER_MANAGED, f"IMEX placement {AGENT_PLACEMENT} is driver-managed only"
     if facts.template is not None:
         if facts.daemon_template is not None or facts.daemonset is not None:
             return DRIVER_MANAGED, "the controller created a daemon DaemonSet for this domain"
@@ -314,3 +362,19 @@ def _mode(facts: Facts, wanted: str) -> tuple[str, str]:
     if facts.device_classes.get(names.DEVICE_CLASS_DAEMON) is not None:
         return DRIVER_MANAGED, f"DeviceClass {names.DEVICE_CLASS_DAEMON} is installed"
     return HOST_MANAGED, f"DeviceClass {names.DEVICE_CLASS_DAEMON} is not installed"
+
+
+def _placement(facts: Facts, wanted: str) -> tuple[str, str]:
+    """Where nvidia-imex runs for driver-managed domains, and how we know: the controller
+    decides which daemon objects exist, so its word comes first."""
+    if wanted:
+        return wanted, "--placement"
+    for what, workload in (("the controller Deployment", facts.controller),
+                           ("the kubelet-plugin DaemonSet", facts.plugin_daemonset)):
+        value = container_env(workload, names.ENV_IMEX_PLACEMENT)
+        if value:
+            return value, f"{what}'s {names.ENV_IMEX_PLACEMENT}"
+    if facts.controller is not None or facts.plugin_daemonset is not None:
+        return POD_PLACEMENT, f"{names.ENV_IMEX_PLACEMENT} is not set (the default)"
+    return POD_PLACEMENT, ("the default: no controller Deployment or kubelet-plugin "
+                           "DaemonSet to read it from")

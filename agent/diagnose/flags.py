@@ -35,6 +35,9 @@ def add_command(sub: Subcommands, environ: Mapping[str, str] | None = None) -> N
                    f"(default: {DEFAULT_DRIVER_NAMESPACE})")
     p.add_argument("--mode", choices=(MODE_DRIVER_MANAGED, MODE_HOST_MANAGED), default="",
                    help="IMEX mode of the installation (default: detected)")
+    p.add_argument("--placement", choices=names.PLACEMENTS, default="",
+                   help="where nvidia-imex runs, driver-managed: pod or agent (default: "
+                   "detected)")
     p.add_argument("--grace", type=parse_duration, default=DEFAULT_GRACE_S,
                    help="how long a missing step counts as expected bootstrap delay before "
                    f"it is a failure (default: {DEFAULT_GRACE_S:g}s)")

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.diagnose.cluster_checks import PREPARE_FAILED, by_age, target_nodes
-from agent.diagnose.facts import CONTROLLER_DEPLOYMENT, Facts, Obj, labels, md, parse_time
+from agent.diagnose.facts import (
+    CONTROLLER_DEPLOYMENT,
+    PLUGIN_CONTAINER,
+    Facts,
+    Obj,
+    labels,
+    md,
+    parse_time,
+)
 from agent.diagnose.report import BROKEN, SKIPPED, WAITING, Boundary
 from api import names
 
@@ -23,10 +32,29 @@ def bootstrap(facts: Facts, grace: float) -> Boundary:
         for node in target_nodes(facts):
             _host_imex(facts, node, b, grace)
         return b
+    if facts.agent_placement:
+        b = Boundary("bootstrap", "node bootstrap: node label, node agent, clique entry")
+        for node in target_nodes(facts):
+            _agent_node(facts, node, b, grace)
+        return b
     b = Boundary("bootstrap", "node bootstrap: node label, daemon pod, clique entry")
     for node in target_nodes(facts):
         _node(facts, node, b, grace)
     return b
+
+
+@dataclass(frozen=True)
+class Imex:
+    """Whoever runs nvidia-imex for this domain on one node (its daemon pod, or the node
+    agent), in the terms the clique entry's verdict needs."""
+
+    who: str  # "the daemon on node-01": what joins the clique
+    label: str  # "the IMEX daemon on node node-01": what is or is not ready
+    age: float  # how long it has had to get there
+    history: list[Obj]  # its IMEXDaemonExited / IMEXDaemonNotReady Events, newest last
+    restarted: bool  # crashed before: a not-ready entry is no start-up delay
+    describe: str
+    logs: str
 
 
 def _pods_on(facts: Facts, node: str) -> list[Obj]:
@@ -38,28 +66,36 @@ def _since_bound(facts: Facts, node: str) -> float:
     return max((facts.age(p) for p in _pods_on(facts, node)), default=0.0)
 
 
+def _labelled(facts: Facts, node: str, b: Boundary, grace: float, blocked: str) -> bool:
+    """Whether the plugin labelled `node` for this domain; says why not otherwise
+    (`blocked`: what another domain's label keeps from starting there)."""
+    label = labels(facts.nodes.get(node)).get(names.LABEL_COMPUTE_DOMAIN)
+    if label == facts.uid:
+        return True
+    if label:
+        b.see(f"{node}: labelled {names.LABEL_COMPUTE_DOMAIN}={label} (another domain)")
+        b.fail(BROKEN, f"node {node} is labelled for another ComputeDomain ({label}): "
+               f"one node serves one domain at a time, and {blocked} until that domain's "
+               f"workload leaves", f"kubectl get node {node} -L {names.LABEL_COMPUTE_DOMAIN}; "
+               "kubectl get computedomains -A")
+    else:
+        b.see(f"{node}: no {names.LABEL_COMPUTE_DOMAIN} label yet")
+        first = md(_pods_on(facts, node)[0])["name"]
+        b.fail(by_age(_since_bound(facts, node), grace), f"the plugin has not labelled node "
+               f"{node} yet (it does when it prepares the workload's claim there)",
+               f"kubectl -n {facts.namespace} describe pod {first}")
+    return False
+
+
 def _node(facts: Facts, node: str, b: Boundary, grace: float) -> None:
     ns, uid = facts.driver_namespace, facts.uid
-    label = labels(facts.nodes.get(node)).get(names.LABEL_COMPUTE_DOMAIN)
-    waited = _since_bound(facts, node)
-    if label != uid:
-        if label:
-            b.see(f"{node}: labelled {names.LABEL_COMPUTE_DOMAIN}={label} (another domain)")
-            b.fail(BROKEN, f"node {node} is labelled for another ComputeDomain ({label}): "
-                   "one node serves one domain at a time, and this domain's daemon cannot "
-                   "land until that domain's workload leaves", f"kubectl get node {node} "
-                   f"-L {names.LABEL_COMPUTE_DOMAIN}; kubectl get computedomains -A")
-        else:
-            b.see(f"{node}: no {names.LABEL_COMPUTE_DOMAIN} label yet")
-            first = md(_pods_on(facts, node)[0])["name"]
-            b.fail(by_age(waited, grace), f"the plugin has not labelled node {node} yet "
-                   "(it does when it prepares the workload's claim there)",
-                   f"kubectl -n {facts.namespace} describe pod {first}")
+    if not _labelled(facts, node, b, grace, "this domain's daemon cannot land"):
         return
     pod = facts.daemon_pod_on(node)
     if pod is None:
         b.see(f"{node}: labelled, no daemon pod")
-        b.fail(by_age(waited, grace), f"the DaemonSet has no daemon pod on node {node} yet",
+        b.fail(by_age(_since_bound(facts, node), grace), f"the DaemonSet has no daemon pod "
+               f"on node {node} yet",
                f"kubectl -n {ns} describe daemonset {names.daemon_object_name(uid)}")
         return
     _daemon_pod(facts, node, pod, b, grace)
@@ -67,13 +103,20 @@ def _node(facts: Facts, node: str, b: Boundary, grace: float) -> None:
     if not clique_id:
         b.see(f"{node}: no NVLink clique ID: no IMEX daemon runs there, no clique entry")
         return
-    _clique_entry(facts, node, pod, b, grace)
+    name = md(pod)["name"]
+    _, restarts, _ = _container_text(pod)
+    _clique_entry(facts, node, Imex(
+        who=f"the daemon on {node}", label=f"the IMEX daemon on node {node}",
+        age=facts.age(pod), history=facts.events_for(pod, EXITED, NOT_READY),
+        restarted=restarts > 0, describe=f"kubectl -n {ns} describe pod {name}",
+        logs=f"kubectl -n {ns} logs {name}"), b, grace)
 
 
-def _container_text(pod: Obj) -> tuple[str, int, bool]:
-    """(state, restarts, ready) of the daemon container."""
+def _container_text(pod: Obj, container: str = names.DAEMON_CONTAINER_NAME
+                    ) -> tuple[str, int, bool]:
+    """(state, restarts, ready) of `container` (the daemon container by default)."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
-        if cs.get("name") != names.DAEMON_CONTAINER_NAME:
+        if cs.get("name") != container:
             continue
         state = cs.get("state") or {}
         if "waiting" in state:
@@ -106,43 +149,130 @@ def _daemon_pod(facts: Facts, node: str, pod: Obj, b: Boundary, grace: float) ->
                f"kubectl -n {ns} describe pod {name}")
 
 
-def _clique_entry(facts: Facts, node: str, pod: Obj, b: Boundary, grace: float) -> None:
+# --- agent placement: the node agent runs nvidia-imex --------------------------------------
+
+
+def _agent_node(facts: Facts, node: str, b: Boundary, grace: float) -> None:
+    """The node agent supervises this domain's nvidia-imex on `node`: its pod, its Events
+    on the Node (it has no pod of its own to put them on) and its clique entry."""
+    if not _labelled(facts, node, b, grace, "this domain's nvidia-imex cannot start there"):
+        return
+    waited = _since_bound(facts, node)
+    agent = facts.plugin_pod_on(node)
+    if agent is None and facts.plugin_daemonset is not None:
+        b.see(f"{node}: no {md(facts.plugin_daemonset).get('name')} pod")
+        b.fail(BROKEN, f"the node agent does not run on node {node}, so nothing runs this "
+               "domain's nvidia-imex there",
+               f"kubectl -n {facts.driver_namespace} get pods -o wide --field-selector "
+               f"spec.nodeName={node}")
+        return
+    if agent is None:
+        b.see(f"{node}: no kubelet-plugin DaemonSet: the node agent runs outside the cluster")
+        running = True
+    else:
+        running = _agent_pod(facts, node, agent, b, grace)
+    # Only since this domain's workload came: the node may have served another before.
+    history = facts.node_events(node, EXITED, NOT_READY, since=waited or None)
+    for event in history[-3:]:
+        b.see(f"{node}: Node Event {event.get('reason')} (x{facts.event_count([event])}): "
+              f"{event.get('message')}")
+    if not running:
+        return
+    if not facts.node_clique(node):
+        b.see(f"{node}: no NVLink clique ID: the node agent runs no IMEX there, no clique "
+              "entry")
+        return
+    _clique_entry(facts, node, _agent_imex(facts, node, agent, history, waited), b, grace)
+
+
+def _agent_pod(facts: Facts, node: str, pod: Obj, b: Boundary, grace: float) -> bool:
+    """Is the node agent's pod on `node` Running and Ready? Says so, and why not."""
     ns, name = facts.driver_namespace, md(pod)["name"]
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    state, restarts, ready = _container_text(pod, PLUGIN_CONTAINER)
+    b.see(f"{node}: node agent pod {ns}/{name} {phase}, container {PLUGIN_CONTAINER} {state}, "
+          f"{restarts} restart(s), {'ready' if ready else 'not ready'}")
+    if phase == "Running" and ready:
+        return True
+    b.fail(by_age(facts.age(pod), grace), f"the node agent pod {ns}/{name} on node {node} is "
+           f"{phase if phase != 'Running' else 'not ready'}: it runs this node's nvidia-imex",
+           f"kubectl -n {ns} describe pod {name}; "
+           f"kubectl logs -n {ns} {name} -c {PLUGIN_CONTAINER}")
+    return False
+
+
+def _agent_imex(facts: Facts, node: str, agent: Obj | None, history: list[Obj],
+                waited: float) -> Imex:
+    """The node agent as the runner of `node`'s nvidia-imex: it has had since the workload
+    came, or since its container (and nvidia-imex with it) last started, if later."""
+    age = waited
+    logs = f"the node agent's log on {node}"
+    if agent is not None:
+        age = min(age, _running_for(facts, agent, PLUGIN_CONTAINER))
+        logs = (f"kubectl logs -n {facts.driver_namespace} {md(agent)['name']} "
+                f"-c {PLUGIN_CONTAINER}")
+    # A restart of the agent's container says nothing about nvidia-imex: only its Events do.
+    return Imex(who=f"the node agent on {node}",
+                label=f"the IMEX daemon on node {node} (supervised by the node agent)",
+                age=age, history=history, restarted=False,
+                describe=f"kubectl describe node {node}", logs=logs)
+
+
+def _running_for(facts: Facts, pod: Obj, container: str) -> float:
+    """Seconds since `container` of `pod` last started (the pod's age when unknown)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == container:
+            started = parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
+            if started is not None:
+                return max(0.0, (facts.now - started).total_seconds())
+    return facts.age(pod)
+
+
+# --- the clique entry, whoever runs nvidia-imex -------------------------------------------
+
+
+def _clique_entry(facts: Facts, node: str, imex: Imex, b: Boundary, grace: float) -> None:
+    ns = facts.driver_namespace
     clique, entry = facts.clique_entry(node)
     clique_name = md(clique).get("name") or names.clique_object_name(
         facts.uid, facts.node_clique(node))
-    logs = f"kubectl -n {ns} logs {name}"
     if entry is None:
         listed = list((clique or {}).get("daemons") or ())
         limit = facts.max_nodes()
         if len(listed) >= limit:
             b.see(f"{node}: not in ComputeDomainClique {ns}/{clique_name}, which lists "
                   f"{len(listed)} daemon(s) (maxNodesPerIMEXDomain {limit})")
-            b.fail(BROKEN, f"clique full: the daemon on {node} cannot add more nodes, "
+            b.fail(BROKEN, f"clique full: {imex.who} cannot add more nodes, "
                    f"ComputeDomainClique {clique_name} is already at maximum ({limit})",
-                   f"{logs}; keep one domain's workload within {limit} nodes per clique or "
-                   f"raise {names.ENV_MAX_NODES_PER_IMEX_DOMAIN} on the controller")
+                   f"{imex.logs}; keep one domain's workload within {limit} nodes per clique "
+                   f"or raise {names.ENV_MAX_NODES_PER_IMEX_DOMAIN} on the controller")
             return
         b.see(f"{node}: no entry in ComputeDomainClique {ns}/{clique_name} yet")
-        b.fail(by_age(facts.age(pod), grace), f"the daemon on {node} has not joined its "
-               "clique yet", logs)
+        joining = BROKEN if imex.history else by_age(imex.age, grace)
+        b.fail(joining, f"{imex.who} has not joined its clique yet" + _last(imex.history),
+               f"{imex.describe}; {imex.logs}" if imex.history else imex.logs)
         return
     status = entry.get("status") or names.STATUS_NOT_READY
     b.see(f"{node}: clique entry in {clique_name}: index {entry.get('index')}, "
           f"IP {entry.get('ipAddress')}, {status}")
     if status == names.STATUS_READY:
         return
-    history = facts.events_for(pod, EXITED, NOT_READY)
-    _, restarts, _ = _container_text(pod)
-    stable = bool(history) or restarts > 0 or facts.age(pod) >= grace
-    cause = f"the IMEX daemon on node {node} is not ready"
-    if history:
-        cause += f" ({history[-1].get('reason')}: {history[-1].get('message')})"
+    stable = bool(imex.history) or imex.restarted or imex.age >= grace
+    cause = f"{imex.label} is not ready"
+    if imex.history:
+        cause += _last(imex.history)
     else:
-        cause += f" for {facts.age(pod):.0f}s (expected while it starts and meets its peers)"
+        cause += f" for {imex.age:.0f}s (expected while it starts and meets its peers)"
     if ((facts.cd or {}).get("status") or {}).get("status") == names.STATUS_READY:
         cause = "global Ready is not local readiness: the ComputeDomain says Ready, but " + cause
-    b.fail(BROKEN if stable else WAITING, cause, f"kubectl -n {ns} describe pod {name}; {logs}")
+    b.fail(BROKEN if stable else WAITING, cause, f"{imex.describe}; {imex.logs}")
+
+
+def _last(history: list[Obj]) -> str:
+    """' (reason: message)' of the newest IMEX Event, '' for none."""
+    if not history:
+        return ""
+    return f" ({history[-1].get('reason')}: {history[-1].get('message')})"
 
 
 def _host_imex(facts: Facts, node: str, b: Boundary, grace: float) -> None:

@@ -96,8 +96,9 @@ class Report:
         d = self.domain
         head = f"ComputeDomain {d['namespace']}/{d['name']}"
         if d.get("uid"):
-            head += (f" (uid {d['uid']}, {d.get('mode')}, status {d.get('status') or '-'},"
-                     f" {d.get('ageSeconds', 0):.0f}s old)")
+            where = f" (IMEX in the {d['placement']})" if d.get("placement") else ""
+            head += (f" (uid {d['uid']}, {d.get('mode')}{where}, status "
+                     f"{d.get('status') or '-'}, {d.get('ageSeconds', 0):.0f}s old)")
         lines = [head, ""]
         for i, b in enumerate(self.boundaries, 1):
             mark = {OK: "ok", WAITING: "WAITING", BROKEN: "BROKEN", SKIPPED: "skip",

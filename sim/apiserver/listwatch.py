@@ -274,7 +274,11 @@ def filter_event(event: Event, selected: Callable[[Obj], bool]) -> tuple[str | N
             return MODIFIED, event.obj
         if now_in:
             return ADDED, event.obj
-        if was_in:
-            return DELETED, event.obj
+        if was_in and event.old is not None:
+            # The object as it was (still matching), at the new resourceVersion: a watcher
+            # learns which selected object left (kube-apiserver's watch cache does this).
+            gone = {**event.old, "metadata": {**event.old.get("metadata", {}),
+                    "resourceVersion": event.obj["metadata"].get("resourceVersion")}}
+            return DELETED, gone
         return None, event.obj
     return (event.type if now_in else None), event.obj

@@ -24,12 +24,15 @@ import time
 from pathlib import Path
 
 import psutil
+from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from results import write_section  # noqa: E402
 
+from api import names  # noqa: E402
+from runtime.kubecall import call  # noqa: E402
 from sim.cluster.cluster import ClusterSpec, SimCluster  # noqa: E402
 from sim.cluster.demo import (  # noqa: E402
     ClusterWatch,
@@ -41,18 +44,19 @@ from sim.cluster.demo import (  # noqa: E402
     wait_clean,
     wait_ready,
 )
-from sim.cluster.evidence import EvidenceChain  # noqa: E402
+from sim.cluster.evidence import EvidenceChain, Snapshot  # noqa: E402
 from sim.cluster.example import NAMESPACE, builtin  # noqa: E402
 from sim.controlplane import CONTROL_PLANES, EMULATOR  # noqa: E402
 
 REFERENCE = {18: "~20 s", 72: "~63 s", 144: "not reported"}
 
 
-async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMULATOR) -> dict:
+async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMULATOR,
+              imex_placement: str = "pod") -> dict:
     root = Path(tempfile.mkdtemp(prefix="cd-bench-", dir="/tmp"))
     spec = ClusterSpec(
         root=root, nodes=nodes, cliques=cliques, in_process=True, imex_start_delay=0.5,
-        verbosity=1, control_plane=control_plane,
+        verbosity=1, control_plane=control_plane, imex_placement=imex_placement,
     )  # fmt: skip
     cluster = SimCluster(spec)
     try:
@@ -69,6 +73,7 @@ async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMU
         chain = EvidenceChain(
             NAMESPACE, "bench", driver_namespace=cluster.namespace, host_managed=False,
             node_roots={n: node.host.root for n, node in cluster.nodes.items()},
+            agent_placement=imex_placement == "agent",
         )  # fmt: skip
         waited = time.perf_counter()
         try:
@@ -85,15 +90,35 @@ async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMU
         allocated = chain.link("allocation").done_at or 0.0
         ready = chain.link("device").done_at or 0.0
         counts = driver_traffic(before, after, cluster.accounts, cluster.namespace)
+        generated = await generated_objects(cluster, chain.uid)
         await delete_objects(cluster.admin, objects)
         left = await wait_clean(cluster, [chain.uid], [NAMESPACE], 120)
         return {
             "start": start_s, "allocated": allocated, "ready": ready, "counts": counts,
             "rss": rss, "clean": not left, "cpu": cpu_s, "flaps": watch.flaps.count,
+            "generated": generated,
         }  # fmt: skip
     finally:
         await cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def generated_objects(cluster: SimCluster, uid: str) -> dict[str, int]:
+    """What the driver created for the domain, counted once it is ready: the per-domain
+    DaemonSets, the daemon pods and claims in the driver namespace, the claim templates."""
+    snap = await Snapshot.take(cluster.admin, cluster.namespace)
+    assert snap is not None
+
+    def ours(objs: list[dict]) -> list[dict]:
+        return [o for o in objs
+                if (o["metadata"].get("labels") or {}).get(names.LABEL_COMPUTE_DOMAIN) == uid]
+
+    driver_ns = [c for c in snap.claims if c["metadata"].get("namespace") == cluster.namespace]
+    apps = client.AppsV1Api(cluster.admin)
+    daemonsets = await call(apps.list_daemon_set_for_all_namespaces,
+                            label_selector=f"{names.LABEL_COMPUTE_DOMAIN}={uid}")
+    return {"DaemonSets": len(daemonsets.items), "daemon pods": len(ours(snap.pods)),
+            "daemon claims": len(driver_ns), "claim templates": len(ours(snap.templates))}
 
 
 class StalledError(Exception):

@@ -248,6 +248,38 @@ def test_clique_full(short_dir, control_plane):
                  controller_env={names.ENV_MAX_NODES_PER_IMEX_DOMAIN: "1"})
 
 
+# --- agent placement -----------------------------------------------------------------------
+
+
+def test_agent_placement_ready_domain_is_ok_without_daemon_objects(short_dir, control_plane):
+    """The node agents run nvidia-imex: no daemon DeviceClass, DaemonSet or pods, and the
+    bootstrap evidence is each node's agent pod and its clique entry."""
+
+    async def body(cluster: SimCluster) -> None:
+        placed = builtin(clique_id(1), 2, name="placed")
+        await create_objects(cluster.admin, placed)
+        await ready(cluster, "placed")
+        report = await verdict(cluster, "placed", None, OK, "every boundary holds")
+        assert statuses(report) == {**dict.fromkeys(BOUNDARIES, OK), "cleanup": SKIPPED}
+        installation = "\n".join(report.boundaries[0].evidence)
+        assert "IMEX placement: agent (the controller Deployment's IMEX_PLACEMENT)" in (
+            installation)
+        assert names.DEVICE_CLASS_DAEMON not in installation
+        assert "IMEX runs in the node agents" in "\n".join(report.boundaries[2].evidence)
+        bootstrap = "\n".join(report.boundaries[4].evidence)
+        for node in ("node-01", "node-02"):
+            assert f"{node}: node agent pod {cluster.namespace}/" in bootstrap
+            assert f"{node}: clique entry in " in bootstrap
+        done = await asyncio.to_thread(cli, cluster, f"{NAMESPACE}/placed", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        doc = json.loads(done.stdout)
+        assert doc["computeDomain"]["placement"] == "agent"
+        assert doc["computeDomain"]["nodes"] == ["node-01", "node-02"]
+
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1,
+                 imex_placement="agent")
+
+
 # --- host-managed --------------------------------------------------------------------------
 
 

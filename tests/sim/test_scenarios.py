@@ -11,7 +11,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import psutil
+import pytest
 import yaml
 from kubernetes import client
 from scenario_env import (
@@ -41,9 +44,32 @@ from sim.controlplane import KUBERNETES
 from sim.controlplane.binaries import ENV_DIR, available, pinned_version
 
 SIM = Path(sys.executable).parent / "compute-domain-sim"
+AGENT = "agent"
 
 
-def test_single_then_all_channels_in_sequence_on_one_node(short_dir, control_plane):
+@pytest.fixture(params=["pod", AGENT])
+def placement(request: pytest.FixtureRequest) -> str:
+    """Driver-managed scenarios run with IMEX in daemon pods and in the node agents."""
+    return str(request.param)
+
+
+def _imex_processes(cluster: SimCluster) -> list[int]:
+    """The nvidia-imex processes (the fake) of this cluster: its root is in their env."""
+    marker = str(cluster.root)
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if not cmdline or Path(cmdline[0]).name != names.IMEX_BINARY:
+            continue
+        try:
+            if any(marker in v for v in proc.environ().values()):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_single_then_all_channels_in_sequence_on_one_node(short_dir, control_plane, placement):
     """Single injects channel 0 only, All every channel; the second CD on the same node is
     not blocked by anything the first one left (labels, clique entries, CDI files)."""
 
@@ -70,12 +96,18 @@ def test_single_then_all_channels_in_sequence_on_one_node(short_dir, control_pla
         by_user = cluster.control_plane.requests_by_user()
         for role, account in cluster.accounts.items():
             writes = by_user.get(f"system:serviceaccount:{cluster.namespace}:{account}", {})
-            assert writes.get("create", 0) + writes.get("update", 0) > 0, (role, by_user.keys())
+            made = writes.get("create", 0) + writes.get("update", 0)
+            if role == "daemon" and placement == AGENT:  # no daemon pods at all
+                assert made == 0, writes
+            else:
+                assert made > 0, (role, by_user.keys())
 
-    run_scenario(short_dir, body, control_plane=control_plane, nodes=1, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=1, cliques=1,
+                 imex_placement=placement)
 
 
-def test_two_cliques_then_force_deleted_daemon_and_workload_pods(short_dir, control_plane):
+def test_two_cliques_then_force_deleted_daemon_and_workload_pods(short_dir, control_plane,
+                                                                 placement):
     """Four workers spread over two cliques get one clique object each; the domain heals
     after a daemon pod and a workload pod are force-deleted."""
 
@@ -92,26 +124,18 @@ def test_two_cliques_then_force_deleted_daemon_and_workload_pods(short_dir, cont
         nodes = set(cluster.nodes)
         assert labeled_nodes(snap, uid) == nodes
 
-        # Force-delete one IMEX daemon pod: the DaemonSet replaces it and it rejoins.
-        [daemon] = [
-            p
-            for p in pods_of(snap, cluster.namespace, uid)
-            if p["spec"].get("nodeName") == "node-01"
-        ]
-        await delete_pod(cluster, cluster.namespace, daemon["metadata"]["name"], force=True)
+        if placement == AGENT:
+            # No daemon pods; SIGKILL of the node agent's whole container (its nvidia-imex
+            # with it): the restarted agent starts IMEX again and its entry is Ready again.
+            assert pods_of(snap, cluster.namespace, uid) == []
+            await cluster.restart_agent("node-01")
 
-        async def replaced_and_ready() -> bool:
-            s = await snapshot(cluster)
-            on_node = [
-                p
-                for p in pods_of(s, cluster.namespace, uid)
-                if p["spec"].get("nodeName") == "node-01"
-                and p["metadata"]["uid"] != daemon["metadata"]["uid"]
-                and (p.get("status") or {}).get("phase") == "Running"
-            ]
-            return bool(on_node) and ready_entries(s, uid) == nodes
+            async def rejoined() -> bool:
+                return ready_entries(await snapshot(cluster), uid) == nodes
 
-        await eventually(replaced_and_ready, "a new daemon pod on node-01 and 4 Ready entries")
+            await eventually(rejoined, "node-01's agent back with 4 Ready entries")
+        else:
+            await _replace_a_daemon_pod(cluster, snap, uid, nodes)
 
         # Force-delete a workload pod: its node leaves the domain (label, daemon, entry).
         snap = await snapshot(cluster)
@@ -123,7 +147,8 @@ def test_two_cliques_then_force_deleted_daemon_and_workload_pods(short_dir, cont
             daemons = {p["spec"].get("nodeName") for p in pods_of(s, cluster.namespace, uid)}
             entries = {n for e in clique_entries(s, uid).values() for n in e}
             rest = nodes - {"node-03"}
-            return labeled_nodes(s, uid) == rest and daemons == rest and entries == rest
+            want = set() if placement == AGENT else rest
+            return labeled_nodes(s, uid) == rest and daemons == want and entries == rest
 
         await eventually(node_left, "node-03 unlabeled, without daemon pod or clique entry")
         assert not any(
@@ -138,10 +163,36 @@ def test_two_cliques_then_force_deleted_daemon_and_workload_pods(short_dir, cont
         assert observed2.link("device").count == "4/4"
         await delete_until_clean(cluster, [*objects, replacement], [uid])
 
-    run_scenario(short_dir, body, control_plane=control_plane, nodes=4, cliques=2)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=4, cliques=2,
+                 imex_placement=placement)
 
 
-def test_agent_and_controller_killed_mid_flight_then_restarted(short_dir, control_plane):
+async def _replace_a_daemon_pod(cluster: SimCluster, snap: Any, uid: str,
+                                nodes: set[str]) -> None:
+    """Force-delete node-01's IMEX daemon pod: the DaemonSet replaces it and it rejoins."""
+    [daemon] = [
+        p
+        for p in pods_of(snap, cluster.namespace, uid)
+        if p["spec"].get("nodeName") == "node-01"
+    ]
+    await delete_pod(cluster, cluster.namespace, daemon["metadata"]["name"], force=True)
+
+    async def replaced_and_ready() -> bool:
+        s = await snapshot(cluster)
+        on_node = [
+            p
+            for p in pods_of(s, cluster.namespace, uid)
+            if p["spec"].get("nodeName") == "node-01"
+            and p["metadata"]["uid"] != daemon["metadata"]["uid"]
+            and (p.get("status") or {}).get("phase") == "Running"
+        ]
+        return bool(on_node) and ready_entries(s, uid) == nodes
+
+    await eventually(replaced_and_ready, "a new daemon pod on node-01 and 4 Ready entries")
+
+
+def test_agent_and_controller_killed_mid_flight_then_restarted(short_dir, control_plane,
+                                                              placement):
     """SIGKILL of the controller and one agent while the domain is forming, and of an agent
     once it is ready: the domain forms anyway and prepared claims keep their CDI IDs."""
 
@@ -170,10 +221,11 @@ def test_agent_and_controller_killed_mid_flight_then_restarted(short_dir, contro
         assert cluster.controller.starts == 2
         await delete_until_clean(cluster, objects, [observed.uid])
 
-    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1,
+                 imex_placement=placement)
 
 
-def test_deleting_the_compute_domain_while_workloads_run(short_dir, control_plane):
+def test_deleting_the_compute_domain_while_workloads_run(short_dir, control_plane, placement):
     """The ComputeDomain goes (daemons, labels, templates, cliques) while its workloads keep
     running; deleting them afterwards leaves nothing."""
 
@@ -181,6 +233,8 @@ def test_deleting_the_compute_domain_while_workloads_run(short_dir, control_plan
         objects = builtin(clique_id(1), 2, name="early")
         observed = await apply_until_ready(cluster, objects)
         uid = observed.uid
+        if placement == AGENT:
+            assert len(_imex_processes(cluster)) == 2  # one per node, in the agents
         custom = client.CustomObjectsApi(cluster.admin)
         await call(
             custom.delete_namespaced_custom_object,
@@ -201,13 +255,19 @@ def test_deleting_the_compute_domain_while_workloads_run(short_dir, control_plan
             )
 
         await eventually(domain_gone, "the CD, its daemon pods, labels and cliques gone")
+        if placement == AGENT:  # the agents stopped the domain's nvidia-imex
+            async def imex_gone() -> bool:
+                return _imex_processes(cluster) == []
+
+            await eventually(imex_gone, "no nvidia-imex left on the nodes")
         snap = await snapshot(cluster)
         workers = pods_of(snap, NAMESPACE)
         assert len(workers) == 2
         assert all(p["status"]["phase"] == "Running" for p in workers)
         await delete_until_clean(cluster, objects, [uid])
 
-    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1)
+    run_scenario(short_dir, body, control_plane=control_plane, nodes=2, cliques=1,
+                 imex_placement=placement)
 
 
 def test_non_fabric_node_runs_the_pod_without_a_channel(short_dir, control_plane):
@@ -295,10 +355,11 @@ def test_host_managed_ready_and_not_ready_host_imex(short_dir, control_plane):
 # --- the CLI ---------------------------------------------------------------------------------
 
 
-def test_demo_json_reports_every_step_and_a_clean_teardown(short_dir, control_plane):
+def test_demo_json_reports_every_step_and_a_clean_teardown(short_dir, control_plane,
+                                                           placement):
     out = subprocess.run(
         [SIM, "demo", "--nodes", "2", "--cliques", "1", "--json", "--root", str(short_dir),
-         "--control-plane", control_plane],
+         "--control-plane", control_plane, "--imex-placement", placement],
         capture_output=True,
         text=True,
         timeout=300,
@@ -315,8 +376,10 @@ def test_demo_json_reports_every_step_and_a_clean_teardown(short_dir, control_pl
     [cd] = report["computeDomains"]
     assert cd["computeDomain"] == "default/demo" and cd["complete"]
     steps = [s["step"] for s in cd["steps"]]
+    imex = "agentImex" if placement == AGENT else "daemonPod"
+    assert report["cluster"]["imexPlacement"] == placement
     assert steps == [
-        "computeDomain", "template", "allocation", "nodeLabel", "daemonPod", "cliqueEntry",
+        "computeDomain", "template", "allocation", "nodeLabel", imex, "cliqueEntry",
         "cdi", "device",
     ]  # fmt: skip
     assert all(s["ok"] and s["seconds"] is not None for s in cd["steps"])

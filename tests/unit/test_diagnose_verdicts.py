@@ -9,7 +9,17 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from agent.diagnose.command import evaluate, run
-from agent.diagnose.facts import DRIVER_MANAGED, HOST_MANAGED, Facts, _mode
+from agent.diagnose.facts import (
+    AGENT_PLACEMENT,
+    DRIVER_MANAGED,
+    HOST_MANAGED,
+    PLUGIN_CONTAINER,
+    PLUGIN_DAEMONSET,
+    POD_PLACEMENT,
+    Facts,
+    _mode,
+    _placement,
+)
 from agent.diagnose.report import (
     BROKEN,
     EXIT_BROKEN,
@@ -200,7 +210,8 @@ def test_json_document_shape() -> None:
 def test_bad_domain_argument_is_a_usage_error() -> None:
     err = io.StringIO()
     args = argparse.Namespace(domain="just-a-name", kubeconfig="", driver_namespace=DNS,
-                              grace=120.0, mode="", json=False, sim_root=None)
+                              grace=120.0, mode="", placement="", json=False,
+                              sim_root=None)
     assert run(args, out=io.StringIO(), err=err) == EXIT_USAGE
     assert "is not NAMESPACE/NAME" in err.getvalue()
 
@@ -235,3 +246,131 @@ def test_events_k8s_io_series_count_as_retry_history() -> None:
                   series={"count": 3, "lastObservedTime": ago(1)})
     verdict = evaluate(f, grace=120).verdict()
     assert (verdict["boundary"], verdict["status"]) == ("allocation", BROKEN)
+
+
+# --- agent placement: the node agents run nvidia-imex, no daemon objects --------------------
+
+PLUGIN_POD = "dra-driver-nvidia-gpu-kubelet-plugin-x7k2p"
+
+
+def placed(value: str) -> dict:
+    """A Deployment or DaemonSet whose container says IMEX_PLACEMENT=value."""
+    return {"spec": {"template": {"spec": {"containers": [{"name": PLUGIN_CONTAINER, "env": [
+        {"name": names.ENV_IMEX_PLACEMENT, "value": value}]}]}}}}
+
+
+def agent_healthy(age: float = 300) -> Facts:
+    """`healthy()` with IMEX in the node agent: no daemon DeviceClass, template, DaemonSet
+    or pods; node-01's agent pod (up for an hour) holds the clique entry."""
+    f = healthy(age)
+    f.placement, f.placement_source = AGENT_PLACEMENT, "test"
+    del f.device_classes[names.DEVICE_CLASS_DAEMON]
+    f.daemon_template = f.daemonset = None
+    f.daemon_pods = []
+    f.controller = placed(AGENT_PLACEMENT)
+    f.plugin_daemonset = {**obj(PLUGIN_DAEMONSET, DNS), **placed(AGENT_PLACEMENT)}
+    f.plugin_pods = [obj(PLUGIN_POD, DNS, 3600, spec={"nodeName": "node-01"}, status={
+        "phase": "Running", "podIP": "10.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": PLUGIN_CONTAINER, "ready": True, "restartCount": 2,
+                               "state": {"running": {"startedAt": ago(3000)}}}]})]
+    return f
+
+
+def node_event(node: str, reason: str, message: str, age: float = 5) -> dict:
+    """As the node agent writes them: about the Node, by kind and name (no UID)."""
+    return {"involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
+            "reason": reason, "message": message, "count": 1, "lastTimestamp": ago(age)}
+
+
+def evidence(report: Report, boundary: str) -> str:
+    return "\n".join(next(b for b in report.boundaries if b.name == boundary).evidence)
+
+
+def test_agent_placement_healthy_needs_no_daemon_objects() -> None:
+    report = evaluate(agent_healthy(), grace=120)
+    assert report.exit_status == EXIT_OK, report.render()
+    assert "IMEX placement: agent" in evidence(report, "installation")
+    assert ("no daemon DaemonSet or ResourceClaimTemplate expected: IMEX runs in the node "
+            "agents") in evidence(report, "reconciliation")
+    bootstrap = evidence(report, "bootstrap")
+    assert (f"node-01: node agent pod {DNS}/{PLUGIN_POD} Running, container "
+            f"{PLUGIN_CONTAINER} running, 2 restart(s), ready") in bootstrap
+    assert "clique entry in" in bootstrap and "IP 10.0.0.1, Ready" in bootstrap
+    assert report.domain["placement"] == AGENT_PLACEMENT
+    assert "IMEX in the agent" in report.render()
+
+
+def test_agent_placement_missing_entry_waits_then_node_events_break_it() -> None:
+    f = agent_healthy(age=20)
+    for p in f.pods:
+        p["metadata"]["creationTimestamp"] = ago(20)
+    f.cliques[0]["daemons"] = []
+    f.cd["status"]["status"] = "NotReady"
+    # The agent pod has run for an hour: its age is no reason to call a young domain broken.
+    verdict = evaluate(f, grace=120).verdict()
+    assert (verdict["boundary"], verdict["status"]) == ("bootstrap", WAITING)
+    assert verdict["cause"] == "the node agent on node-01 has not joined its clique yet"
+    f.events = [node_event("node-01", "IMEXDaemonExited",
+                           "nvidia-imex exited with code 1 after 0.2s; restart #3 in 1.6s")]
+    report = evaluate(f, grace=120)
+    verdict = report.verdict()
+    assert (verdict["boundary"], verdict["status"]) == ("bootstrap", BROKEN)
+    assert verdict["cause"].endswith("(IMEXDaemonExited: nvidia-imex exited with code 1 after "
+                                     "0.2s; restart #3 in 1.6s)")
+    assert verdict["next"] == (f"kubectl describe node node-01; kubectl logs -n {DNS} "
+                               f"{PLUGIN_POD} -c {PLUGIN_CONTAINER}")
+    assert "node-01: Node Event IMEXDaemonExited (x1)" in evidence(report, "bootstrap")
+
+
+def test_agent_placement_not_ready_entry_with_node_events() -> None:
+    f = agent_healthy(age=20)
+    for p in f.pods:
+        p["metadata"]["creationTimestamp"] = ago(20)
+    _entry_not_ready(f)
+    # An Event from before this domain's workload came is about another domain.
+    f.events = [node_event("node-01", "IMEXDaemonNotReady", "old", age=900)]
+    verdict = evaluate(f, grace=120).verdict()
+    assert (verdict["boundary"], verdict["status"]) == ("bootstrap", WAITING)
+    assert "expected while it starts" in verdict["cause"]
+    f.events.append(node_event("node-01", "IMEXDaemonNotReady",
+                               "nvidia-imex is INIT_GPU, not READY, 61s after it started"))
+    f.events.append(node_event("node-02", "IMEXDaemonExited", "another node"))
+    verdict = evaluate(f, grace=120).verdict()
+    assert (verdict["boundary"], verdict["status"]) == ("bootstrap", BROKEN)
+    assert verdict["cause"] == (
+        "global Ready is not local readiness: the ComputeDomain says Ready, but the IMEX "
+        "daemon on node node-01 (supervised by the node agent) is not ready "
+        "(IMEXDaemonNotReady: nvidia-imex is INIT_GPU, not READY, 61s after it started)")
+    assert verdict["next"].startswith("kubectl describe node node-01; kubectl logs -n ")
+
+
+def test_daemon_objects_in_agent_placement_mean_the_components_disagree() -> None:
+    for leftover in ("daemonset", "daemon_template", "daemon_pods"):
+        f = agent_healthy()
+        whole = healthy()
+        setattr(f, leftover, getattr(whole, leftover))
+        report = evaluate(f, grace=120)
+        verdict = report.verdict()
+        assert (verdict["boundary"], verdict["status"]) == ("reconciliation", BROKEN), leftover
+        assert verdict["cause"].startswith("the controller and the node agents disagree about "
+                                           "the IMEX placement")
+
+
+def test_placement_detection_and_a_controller_plugin_mismatch() -> None:
+    f = agent_healthy()
+    assert _placement(f, "")[0] == AGENT_PLACEMENT  # the controller's env
+    f.controller = None
+    assert _placement(f, "") == (AGENT_PLACEMENT,
+                                 f"the kubelet-plugin DaemonSet's {names.ENV_IMEX_PLACEMENT}")
+    assert _mode(f, "")[0] == DRIVER_MANAGED  # no daemon objects, yet not host-managed
+    f.plugin_daemonset = None
+    assert _placement(f, "")[0] == POD_PLACEMENT
+    assert _placement(f, AGENT_PLACEMENT) == (AGENT_PLACEMENT, "--placement")
+    # The controller without IMEX_PLACEMENT runs pod placement; the plugin says agent.
+    f = agent_healthy()
+    f.controller = {"spec": {"template": {"spec": {"containers": [{"env": []}]}}}}
+    verdict = evaluate(f, grace=120).verdict()
+    assert (verdict["boundary"], verdict["status"]) == ("installation", BROKEN)
+    assert verdict["cause"].startswith("the controller runs IMEX placement 'pod' but the "
+                                       "kubelet plugin 'agent'")
