@@ -135,3 +135,15 @@ def make_dirs(path: Path, mode: int) -> None:
         path = path.parent
     for directory in reversed(missing):
         directory.mkdir(mode=mode, exist_ok=True)
+
+
+def write_if_changed(path: Path, data: bytes, mode: int = 0o644) -> bool:
+    """`atomic_write` unless `path` already holds exactly `data` (a link or anything but a
+    regular file there counts as different, and is replaced); True if it wrote."""
+    try:
+        if read_file(path) == data:
+            return False
+    except (FileNotFoundError, NotRegularFileError):
+        pass
+    atomic_write(path, data, mode)
+    return True

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from agent.daemon.process import ImexChild, kill_stray
+from agent.daemon.process import ImexChild, SubprocessChild, kill_stray
 from cdi.atomic import NotRegularFileError, atomic_write, read_file
 
 log = logging.getLogger(__name__)
@@ -63,34 +63,6 @@ class ChildRecord:
                 and isinstance(cmdline, list) and all(isinstance(a, str) for a in cmdline)):
             return None
         return cls(pid, float(created), tuple(cmdline))
-
-
-class _SpawnedChild:
-    """A child this agent started: its exit status comes from waitpid."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self._proc = proc
-        self.stdout: asyncio.StreamReader | None = None  # the output goes to the log file
-        self.stderr: asyncio.StreamReader | None = None
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._proc.returncode
-
-    async def wait(self) -> int:
-        return await self._proc.wait()
-
-    def send_signal(self, sig: int) -> None:
-        self._proc.send_signal(sig)
-
-    def kill_group(self) -> None:
-        if self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
 
 
 class AdoptedChild:
@@ -208,11 +180,11 @@ class DetachedLauncher:
         try:
             created = psutil.Process(proc.pid).create_time()
         except psutil.Error:  # already gone: nothing to record, its exit is reported
-            return _SpawnedChild(proc)
+            return SubprocessChild(proc)
         atomic_write(self.record_path,
                      ChildRecord(proc.pid, created, tuple(command)).to_json(), 0o600)
         log.info("nvidia-imex pid %d logs to %s", proc.pid, self.log_path)
-        return _SpawnedChild(proc)
+        return SubprocessChild(proc)
 
     def _open_log(self) -> int:
         """The log, appended to; a link planted in its place is refused, not followed."""

@@ -57,6 +57,17 @@ class DaemonIdentity:
         return self.clique_id == ""
 
 
+def is_peer_address(text: str) -> bool:
+    """An IP address IMEX can listen on and peers can be given. A zone ID
+    (`fe80::1%<anything>`, newlines included) never is: the address ends up in every peer's
+    hosts file and nodes config."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return not (isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None)
+
+
 def _downward(env: Mapping[str, str], var: str, field: str) -> str:
     value = env.get(var, "").strip()
     if not value:
@@ -104,17 +115,11 @@ def identity_from(
     node_name, pod_ip, pod_name, pod_namespace = (
         _downward(merged, var, field) for var, field in _DOWNWARD
     )
-    try:
-        address = ipaddress.ip_address(pod_ip)
-        # A zone ID (`fe80::1%<anything>`, newlines included) is never a pod IP, and this
-        # address ends up in every peer's /etc/hosts and nodes config.
-        if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
-            raise ValueError(pod_ip)
-    except ValueError:
+    if not is_peer_address(pod_ip):
         raise IdentityError(
             f"{names.ENV_POD_IP}={pod_ip!r} is not an IP address: it comes from the downward API "
             "(status.podIP) in the daemon DaemonSet's container env"
-        ) from None
+        )
 
     return DaemonIdentity(
         clique_id=merged.get(names.ENV_CLIQUE_ID, "").strip(),

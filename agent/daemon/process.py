@@ -108,8 +108,9 @@ class AdoptingLauncher(ImexLauncher, Protocol):
         """The child was stopped on purpose: drop its record."""
 
 
-class _SubprocessChild:
-    """An `asyncio.subprocess.Process` leading its own process group."""
+class SubprocessChild:
+    """An `asyncio.subprocess.Process` leading its own process group (its stdout/stderr
+    None when they do not go to pipes)."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self._proc = proc
@@ -154,7 +155,7 @@ class SubprocessLauncher:
             # a terminal's SIGINT to our group does not bypass our shutdown order.
             start_new_session=True,
         )
-        return _SubprocessChild(proc)
+        return SubprocessChild(proc)
 
     async def kill_stray(
         self, binary_name: str, *, ports: Iterable[int], addresses: Iterable[str] | None,

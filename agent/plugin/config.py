@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.daemon.identity import is_peer_address
 from api import names
 from api.featuregates import FeatureGates
 from api.imex import ImexConfig
@@ -260,15 +260,11 @@ def _check_placement(args: argparse.Namespace, host_managed: bool) -> None:
             "--imex-placement=agent (IMEX_PLACEMENT) applies to imex.mode=driverManaged "
             "only: with hostManaged the host runs nvidia-imex; unset it")
     address = args.imex_address.strip()
-    try:
-        ip = ipaddress.ip_address(address)
-        if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
-            raise ValueError(address)
-    except ValueError:
+    if not is_peer_address(address):
         raise ValidationError(
             f"--imex-address (IMEX_ADDRESS) {address!r} is not an IP address: agent "
             "placement needs the address nvidia-imex listens on and its peers reach (the "
-            "chart sets it from the pod IP; under systemd set this node's address)") from None
+            "chart sets it from the pod IP; under systemd set this node's address)")
     if not 1 <= args.max_nodes_per_imex_domain <= 1000:
         raise ValidationError("--max-nodes-per-imex-domain must be 1..1000")
     if args.imex_poll_interval <= 0 or args.imex_reload_interval < 0:

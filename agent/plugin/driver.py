@@ -49,7 +49,7 @@ from api.opaque import ComputeDomainChannelConfig
 from api.pod import Pod
 from api.resourceclaim import AllocationResult, ResourceClaim
 from api.validation_error import ValidationError
-from cdi.atomic import NotRegularFileError, atomic_write, make_dirs, read_file
+from cdi.atomic import make_dirs, write_if_changed
 from runtime.events import EventRecorder
 from runtime.logsetup import vlog
 
@@ -495,13 +495,7 @@ class Driver:
         pod's read-write `/imexd`: a link planted there is replaced, never followed."""
         directory = self._s.domains_dir / cd_uid
         make_dirs(directory, 0o755)
-        template = directory / names.IMEXD_CONFIG_TEMPLATE
-        try:
-            current: bytes | None = read_file(template)
-        except (FileNotFoundError, NotRegularFileError):
-            current = None
-        if current != self._s.imexd_template:
-            atomic_write(template, self._s.imexd_template, 0o644)
+        write_if_changed(directory / names.IMEXD_CONFIG_TEMPLATE, self._s.imexd_template)
 
     # --- unprepare -------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from api import names
 from api.computedomain import StoredComputeDomain
 from api.resourceclaim import AllocationResult
 from api.validation_error import ValidationError
-from cdi.atomic import NotRegularFileError, atomic_write, make_dirs, read_file
+from cdi.atomic import make_dirs, write_if_changed
 from runtime.events import node_ref
 
 log = logging.getLogger(__name__)
@@ -311,13 +311,7 @@ class ImexHost:
         s, cd = self._s, hosted.cd
         directory = s.domains_dir / cd.uid
         make_dirs(directory, 0o700)
-        template = directory / names.IMEXD_CONFIG_TEMPLATE
-        try:
-            current: bytes | None = read_file(template)
-        except (FileNotFoundError, NotRegularFileError):
-            current = None
-        if current != s.template:
-            atomic_write(template, s.template, 0o644)
+        write_if_changed(directory / names.IMEXD_CONFIG_TEMPLATE, s.template)
         identity = DaemonIdentity(
             clique_id=hosted.clique_id, cd_uid=cd.uid, cd_name=cd.name,
             cd_namespace=cd.namespace, node_name=s.node_name, pod_ip=s.address, pod_uid="",
