@@ -226,7 +226,8 @@ class PluginApp:
             max_nodes=cfg.max_nodes_per_imex_domain,
             dns_names=cfg.gates.enabled(featuregates.IMEX_DAEMONS_WITH_DNS_NAMES),
             cliques=cfg.gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES),
-            poll_s=cfg.imex_poll_s, reload_s=cfg.imex_reload_s, template=imexd_template())
+            poll_s=cfg.imex_poll_s, reload_s=cfg.imex_reload_s,
+            not_ready_event_after=cfg.imex_not_ready_event_after_s, template=imexd_template())
         log.info("agent placement: nvidia-imex %s on %s", settings.imex_binary, cfg.imex_address)
         assert self._api is not None
         return ImexHost(self._api, settings, notify=cluster.changed, domain_wanted=wanted,

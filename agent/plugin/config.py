@@ -67,6 +67,7 @@ class PluginConfig:
     max_nodes_per_imex_domain: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
     imex_poll_s: float = 1.0
     imex_reload_s: float = 5.0
+    imex_not_ready_event_after_s: float = 60.0
 
     @property
     def plugin_dir(self) -> Path:
@@ -193,6 +194,10 @@ def add_plugin_flags(
            default=1.0, help="agent placement: how often to ask nvidia-imex-ctl -q")
     option(imex, "--imex-reload-interval", env="IMEX_RELOAD_INTERVAL", type=parse_duration,
            default=5.0, help="agent placement: at most one SIGUSR1 to nvidia-imex per this long")
+    option(imex, "--imex-not-ready-event-after", env="IMEX_NOT_READY_EVENT_AFTER",
+           type=parse_duration, default=60.0, help="agent placement: record an "
+           "IMEXDaemonNotReady Event on the Node once nvidia-imex has not been READY this "
+           "long (0: never)")
 
 
 def config_from_args(args: argparse.Namespace) -> PluginConfig:
@@ -247,6 +252,7 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         imex_hosts_file=args.imex_hosts_file,
         max_nodes_per_imex_domain=args.max_nodes_per_imex_domain,
         imex_poll_s=args.imex_poll_interval, imex_reload_s=args.imex_reload_interval,
+        imex_not_ready_event_after_s=args.imex_not_ready_event_after,
     )
 
 
@@ -267,6 +273,7 @@ def _check_placement(args: argparse.Namespace, host_managed: bool) -> None:
             "chart sets it from the pod IP; under systemd set this node's address)")
     if not 1 <= args.max_nodes_per_imex_domain <= 1000:
         raise ValidationError("--max-nodes-per-imex-domain must be 1..1000")
-    if args.imex_poll_interval <= 0 or args.imex_reload_interval < 0:
-        raise ValidationError("--imex-poll-interval must be positive and "
-                              "--imex-reload-interval not negative")
+    if (args.imex_poll_interval <= 0 or args.imex_reload_interval < 0
+            or args.imex_not_ready_event_after < 0):
+        raise ValidationError("--imex-poll-interval must be positive, --imex-reload-interval "
+                              "and --imex-not-ready-event-after not negative")

@@ -95,6 +95,7 @@ class ImexHostSettings:
     cliques: bool = True
     poll_s: float = 1.0
     reload_s: float = 5.0
+    not_ready_event_after: float = 60.0
     check_local: bool = True
     template: bytes = b""  # the IMEX config template (agent/templates)
 
@@ -331,4 +332,5 @@ class ImexHost:
             poll_interval=s.poll_s, check_local=s.check_local,
             launcher=self._hooks.launcher_for(directory), ctl_runner=self._hooks.ctl_runner,
             imex_env=self._hooks.env, events=events, reload_interval=s.reload_s,
+            not_ready_event_after=s.not_ready_event_after,
             label_pod=False, adopt=True, on_readiness=readiness, may_rejoin=may_rejoin)
