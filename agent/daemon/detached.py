@@ -29,7 +29,8 @@ from pathlib import Path
 
 import psutil
 
-from agent.daemon.process import ImexChild, SubprocessChild, kill_stray
+from agent.daemon.process import ImexChild, SubprocessChild
+from agent.daemon.strays import kill_stray
 from cdi.atomic import NotRegularFileError, atomic_write, read_file
 
 log = logging.getLogger(__name__)

@@ -121,6 +121,16 @@ class Api:
                 return None
             raise
 
+    def read_clique(self, cd_uid: str, clique_id: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES,
+                names.clique_object_name(cd_uid, clique_id))
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def clique(self, cd_uid: str, clique_id: str, daemons: list[dict[str, Any]]) -> None:
         self.custom.create_namespaced_custom_object(
             names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES, {

@@ -20,13 +20,6 @@ AGENT = ("--imex-placement", "agent")
 
 
 @pytest.fixture
-def api(k8s, project_crds) -> Api:
-    api = Api(k8s)
-    api.core.create_namespace({"metadata": {"name": DRIVER_NS}})
-    return api
-
-
-@pytest.fixture
 def controller(apiserver, api) -> Iterator[ControllerThread]:
     thread = ControllerThread(apiserver, make_config(*AGENT))
     try:
@@ -51,17 +44,7 @@ def entry(name: str, ip: str, index: int) -> dict[str, Any]:
 
 
 def clique_reader(api: Api, uid: str) -> Callable[[], dict[str, Any] | None]:
-    name = names.clique_object_name(uid, "c1")
-
-    def read() -> dict[str, Any] | None:
-        try:
-            return api.custom.get_namespaced_custom_object(
-                names.GROUP, names.VERSION, DRIVER_NS, names.PLURAL_CLIQUES, name)
-        except client.ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-    return read
+    return lambda: api.read_clique(uid, "c1")
 
 
 def daemons(read: Callable[[], dict[str, Any] | None]) -> list[str]:

@@ -7,18 +7,11 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
-from controller_env import DRIVER_NS, Api, ControllerThread, make_config, wait_for
+from controller_env import DRIVER_NS, ControllerThread, make_config, wait_for
 from kubernetes import client
 
 from api import names
 from runtime.draclient import DraApi
-
-
-@pytest.fixture
-def api(k8s, project_crds) -> Api:
-    api = Api(k8s)
-    api.core.create_namespace({"metadata": {"name": DRIVER_NS}})
-    return api
 
 
 @pytest.fixture

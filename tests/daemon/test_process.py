@@ -22,7 +22,8 @@ import psutil
 import pytest
 from eventually import eventually_async, run_virtual
 
-from agent.daemon.process import ImexProcess, ImexStartError, find_stray, kill_stray
+from agent.daemon.process import ImexProcess, ImexStartError
+from agent.daemon.strays import find_stray, kill_stray
 from sim.fakeimex.install import install
 
 ADDRESS = "127.0.1.21"
