@@ -33,7 +33,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from agent.daemon.strays import kill_stray
 from runtime.logsetup import vlog
@@ -162,6 +162,13 @@ class SubprocessLauncher:
         return await kill_stray(binary_name, ports=ports, addresses=addresses, exclude=exclude)
 
 
+# How long a SIGUSR1 waits after a fork: the window before the new program installs its
+# handler (the sim's launcher traps it at once; seen killing a child signalled 0.0 s after
+# its start). Nothing is lost: the signal is only deferred, and a child that starts reads
+# the hosts file anyway.
+SPAWN_SETTLE: Final = 0.2
+
+
 @dataclass(eq=False)
 class _Child:
     """One started process and the tasks that belong to it."""
@@ -173,6 +180,9 @@ class _Child:
     stopping: bool = False  # we asked it to exit: its exit is not a crash
     last_reload: float | None = None  # loop time of the last SIGUSR1 sent to it
     reload_later: asyncio.Task[None] | None = None  # the one deferred SIGUSR1, if any
+    # Loop time before which a SIGUSR1 waits: a child just forked has not installed its
+    # handler yet, and SIGUSR1's default action would kill it (_spawn sets it).
+    reload_after: float = float("-inf")
 
     @property
     def pid(self) -> int:
@@ -293,8 +303,10 @@ class ImexProcess:
             self.reloads_coalesced += 1
             return True
         loop = asyncio.get_running_loop()
-        wait = (0.0 if child.last_reload is None
-                else child.last_reload + self.reload_interval - loop.time())
+        now = loop.time()
+        wait = max(0.0 if child.last_reload is None
+                   else child.last_reload + self.reload_interval - now,
+                   child.reload_after - now)
         if wait > 0:
             self.reloads_coalesced += 1
             vlog(log, 4, "SIGUSR1 to pid %d deferred by %.1fs", child.pid, wait)
@@ -372,6 +384,8 @@ class ImexProcess:
             raise ImexStartError(f"cannot start {self.command[0]}: {err}") from err
         log.info("Started process with pid %d", proc.pid)
         self._track(proc)
+        assert self._child is not None
+        self._child.reload_after = asyncio.get_running_loop().time() + SPAWN_SETTLE
         self.adopted = False
 
     def _track(self, proc: ImexChild) -> None:

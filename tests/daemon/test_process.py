@@ -22,7 +22,7 @@ import psutil
 import pytest
 from eventually import eventually_async, run_virtual
 
-from agent.daemon.process import ImexProcess, ImexStartError
+from agent.daemon.process import SPAWN_SETTLE, ImexProcess, ImexStartError
 from agent.daemon.strays import find_stray, kill_stray
 from sim.fakeimex.install import install
 
@@ -372,6 +372,15 @@ def test_reloads_are_coalesced_to_one_per_interval():
 
     async def scenario() -> None:
         await imex.ensure_started()
+        started = asyncio.get_running_loop().time()
+        assert await imex.signal_reload() is True  # a child just forked: deferred, not lost
+        assert sent == []
+        await eventually_async(lambda: len(sent) == 1, what="the SIGUSR1 after the spawn")
+        assert sent_at[0] - started == pytest.approx(SPAWN_SETTLE)
+        await asyncio.sleep(0.3)  # the interval since that one is over
+        sent.clear()
+        sent_at.clear()
+        imex.reloads_sent = imex.reloads_coalesced = 0
         for _ in range(5):
             assert await imex.signal_reload() is True
         assert sent == [signal.SIGUSR1]
