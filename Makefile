@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint unit proto bench binary binaries bundle clean k8s helm manifests
+.PHONY: test e2e demo lint unit proto bench binary binaries bundle clean k8s helm manifests
 
 # The pinned upstream Kubernetes components (upstream/: one Go module, one binary that
 # dispatches to etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl),
@@ -35,11 +35,23 @@ HELM_LDFLAGS   := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSI
 	$(foreach pkg,helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil,\
 	-X $(pkg).k8sVersionMajor=1 -X $(pkg).k8sVersionMinor=$(HELM_K8S_MINOR))
 
-# mypy: strict, as [tool.mypy] in pyproject.toml sets (packages, stubs, generated code).
+# Two tiers, each on PYTEST_WORKERS pytest-xdist workers, each printing its wall time.
+# `make test`: lint, mypy (strict, as [tool.mypy] in pyproject.toml sets) and every test not
+# marked e2e. `make e2e`: the e2e tier (tests/conftest.py says what it holds) with the frozen
+# agent built first when stale, so the workers share it instead of building one each.
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST   := -n $(PYTEST_WORKERS) --dist worksteal
 test: $(STAMP) k8s helm
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
-	$(PY) -m pytest
+	@start=$$(date +%s); rc=0; \
+	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && \
+	$(PY) -m pytest $(PYTEST_XDIST) -m 'not e2e' $(PYTEST_ARGS) || rc=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s wall (exit $$rc)"; exit $$rc
+
+e2e: $(STAMP) k8s helm
+	@start=$$(date +%s); rc=0; \
+	$(PY) packaging/pyinstaller/build.py --dist dist --if-stale && \
+	$(PY) -m pytest $(PYTEST_XDIST) -m e2e $(PYTEST_ARGS) || rc=$$?; \
+	echo "make e2e: $$(( $$(date +%s) - start )) s wall (exit $$rc)"; exit $$rc
 
 # The whole driver end to end on a simulated cluster (README, first section). More shapes:
 # make demo DEMO_ARGS="--nodes 8 --cliques 2 --mode hostManaged --json"
@@ -51,7 +63,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 unit: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_XDIST) -m 'not e2e'
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'

@@ -25,6 +25,23 @@ from sim.controlplane.binaries import ComponentsMissingError, available, locate
 REPO = Path(__file__).resolve().parents[1]
 CRD_DIR = REPO / "packaging" / "helm" / "dra-driver-nvidia-gpu" / "crds"  # the chart's
 HELM = REPO / ".cache" / "bin" / "helm"
+# Directories whose every test is in the end-to-end tier (`make e2e`): the differential
+# tests against kube-apiserver, and the packaging checks (frozen binary, image, chart).
+E2E_DIRS = frozenset({"differential", "packaging"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put in the end-to-end tier (the `e2e` marker, `make e2e`) every test that runs on the
+    upstream control plane (a `kubernetes` parameter of `control_plane` or a module's
+    plane) or lives in one of E2E_DIRS; the others that need a cluster over 4 nodes or a
+    long campaign carry `@pytest.mark.e2e` themselves. `make test` runs the rest."""
+    e2e = pytest.mark.e2e
+    for item in items:
+        params = getattr(item, "callspec", None)
+        upstream = params is not None and KUBERNETES in params.params.values()
+        parts = item.path.relative_to(REPO / "tests").parts
+        if upstream or (len(parts) > 1 and parts[0] in E2E_DIRS):
+            item.add_marker(e2e)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import collections
 import contextlib
 from typing import Any
 
+import pytest
 from kubernetes import client
 from scenario_env import delete_until_clean, ready, run_scenario, snapshot
 
@@ -100,6 +101,7 @@ async def chaos(cluster: SimCluster, stop: asyncio.Event) -> dict[str, int]:
     return dict(done)
 
 
+@pytest.mark.e2e
 def test_twenty_node_bring_up_converges_through_api_faults(short_dir, control_plane):
     async def body(cluster: SimCluster) -> None:
         objects = builtin(None, NODES, name="flaky")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from scenario_env import (
     apply_until_ready,
     channel_devices,
@@ -81,6 +82,7 @@ class EntryWatch:
             on_change=record)
 
 
+@pytest.mark.e2e
 def test_kill_9_of_the_agent_20_times_leaves_nvidia_imex_and_the_workloads_alone(short_dir):
     async def body(cluster: SimCluster) -> None:
         objects = builtin(clique_id(1), 2, name="warm")

@@ -154,6 +154,7 @@ def check_disk(node: NodeEnv, uids: dict[str, str]) -> Checkpoint:
     return cp
 
 
+@pytest.mark.e2e
 def test_kill_9_at_200_random_points(apiserver, cluster, short_dir, tmp_path, zygote):
     started = time.monotonic()
     node = NodeEnv(short_dir / "n", extra_args=["--prepare-timeout", "2s"])

@@ -48,6 +48,7 @@ def test_a_domain_comes_up_and_goes_away_on_a_beta_resource_api(short_dir, versi
     run_scenario(short_dir, body, nodes=2, mode=mode, resource_versions=(version,))
 
 
+@pytest.mark.e2e
 def test_the_driver_pinned_to_v1beta1_works_through_a_real_kube_apiserver(short_dir) -> None:
     """kube-apiserver with v1beta1 and v1beta2 enabled next to v1, and the driver pinned to
     v1beta1 (the chart's `resourceApiVersion`): what the driver sends is converted by the

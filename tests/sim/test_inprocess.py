@@ -122,6 +122,7 @@ def test_in_process_cluster_runs_the_example_to_ready_and_cleans_up(
     assert process_leftovers(short_dir) == []
 
 
+@pytest.mark.e2e
 def test_in_process_scale_smoke_36_nodes(short_dir: Path) -> None:
     """Two full cliques (36 nodes) in one process; the example domain spans clique 1."""
 

@@ -476,6 +476,7 @@ def test_up_serves_kubectl_until_interrupted(short_dir, tmp_path, control_plane,
     assert process_leftovers(short_dir) == []
 
 
+@pytest.mark.e2e
 def test_kubectl_logs_reach_the_nodes_kubelet(short_dir, tmp_path, kubectl_bin):
     """`kubectl logs` of an IMEX daemon pod: kube-apiserver dials the node's kubelet API
     (its certificate checked against the cluster CA, the apiserver's client certificate
