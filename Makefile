@@ -41,17 +41,17 @@ HELM_LDFLAGS   := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSI
 # agent built first when stale, so the workers share it instead of building one each.
 PYTEST_WORKERS ?= 2
 PYTEST_XDIST   := -n $(PYTEST_WORKERS) --dist worksteal
+# $(call timed,NAME,COMMANDS): run COMMANDS, then say how long they took and how they ended.
+timed = @start=$$(date +%s); rc=0; $(2) || rc=$$?; \
+	echo "make $(1): $$(( $$(date +%s) - start )) s wall (exit $$rc)"; exit $$rc
+
 test: $(STAMP) k8s helm
-	@start=$$(date +%s); rc=0; \
-	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && \
-	$(PY) -m pytest $(PYTEST_XDIST) -m 'not e2e' $(PYTEST_ARGS) || rc=$$?; \
-	echo "make test: $$(( $$(date +%s) - start )) s wall (exit $$rc)"; exit $$rc
+	$(call timed,test,$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && \
+		$(PY) -m pytest $(PYTEST_XDIST) -m 'not e2e' $(PYTEST_ARGS))
 
 e2e: $(STAMP) k8s helm
-	@start=$$(date +%s); rc=0; \
-	$(PY) packaging/pyinstaller/build.py --dist dist --if-stale && \
-	$(PY) -m pytest $(PYTEST_XDIST) -m e2e $(PYTEST_ARGS) || rc=$$?; \
-	echo "make e2e: $$(( $$(date +%s) - start )) s wall (exit $$rc)"; exit $$rc
+	$(call timed,e2e,$(PY) packaging/pyinstaller/build.py --dist dist --if-stale && \
+		$(PY) -m pytest $(PYTEST_XDIST) -m e2e $(PYTEST_ARGS))
 
 # The whole driver end to end on a simulated cluster (README, first section). More shapes:
 # make demo DEMO_ARGS="--nodes 8 --cliques 2 --mode hostManaged --json"

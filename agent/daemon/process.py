@@ -180,9 +180,7 @@ class _Child:
     stopping: bool = False  # we asked it to exit: its exit is not a crash
     last_reload: float | None = None  # loop time of the last SIGUSR1 sent to it
     reload_later: asyncio.Task[None] | None = None  # the one deferred SIGUSR1, if any
-    # Loop time before which a SIGUSR1 waits: a child just forked has not installed its
-    # handler yet, and SIGUSR1's default action would kill it (_spawn sets it).
-    reload_after: float = float("-inf")
+    reload_after: float = float("-inf")  # loop time before which a SIGUSR1 waits (SPAWN_SETTLE)
 
     @property
     def pid(self) -> int:
@@ -383,12 +381,10 @@ class ImexProcess:
         except OSError as err:
             raise ImexStartError(f"cannot start {self.command[0]}: {err}") from err
         log.info("Started process with pid %d", proc.pid)
-        self._track(proc)
-        assert self._child is not None
-        self._child.reload_after = asyncio.get_running_loop().time() + SPAWN_SETTLE
+        self._track(proc).reload_after = asyncio.get_running_loop().time() + SPAWN_SETTLE
         self.adopted = False
 
-    def _track(self, proc: ImexChild) -> None:
+    def _track(self, proc: ImexChild) -> _Child:
         child = _Child(proc=proc, started=time.monotonic())
         loop = asyncio.get_running_loop()
         for stream in (proc.stdout, proc.stderr):
@@ -396,6 +392,7 @@ class ImexProcess:
                 child.readers.append(loop.create_task(self._forward(stream, proc.pid)))
         child.watcher = loop.create_task(self._watch(child))
         self._child = child
+        return child
 
     async def _forward(self, stream: asyncio.StreamReader, pid: int) -> None:
         """Log each line of one pipe until EOF; a partial last line is logged too."""
