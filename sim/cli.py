@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import sys
 from collections.abc import Sequence
@@ -102,6 +103,14 @@ def add_commands(sub: Subcommands) -> None:
         help="bring up the nodes and the control plane only, for an admin to install the "
         "driver (e.g. with the Helm chart, packaging/helm/dra-driver-nvidia-gpu)",
     )
+    up.add_argument(
+        "--slice-wipe-delay",
+        type=_non_negative_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="how long after a node's plugin deregistered its kubelet deletes the node's "
+        "ResourceSlices (default 30, as the kubelet)",
+    )
     up.set_defaults(handler=_run_up)
 
 
@@ -115,13 +124,27 @@ def _positive(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+def _number_of_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = _number_of_seconds(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{value} must be more than 0")
+    return value
+
+
+def _non_negative_seconds(text: str) -> float:
+    value = _number_of_seconds(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
     return value
 
 
@@ -282,6 +305,8 @@ def _run_up(args: argparse.Namespace) -> int:
     }
     if args.agent is not None:
         kwargs["agent_program"] = args.agent
+    if args.slice_wipe_delay is not None:
+        kwargs["slice_wipe_delay"] = args.slice_wipe_delay
 
     async def serve() -> None:
         cluster = SimCluster(ClusterSpec(**kwargs))

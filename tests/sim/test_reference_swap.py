@@ -114,7 +114,11 @@ class Cluster:
 def cluster(kubectl_bin: Path, helm_bin: Path,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # fmt: skip
     workdir = tmp_path_factory.mktemp("swap")
-    up = Up(kubectl_bin, workdir, "--no-driver", "--control-plane", "emulator")
+    # The kubelets wait 10 minutes, not 30 s, before they delete a deregistered plugin's
+    # slices: the swap below keeps the plugins stopped for as long as writing the reference's
+    # state and a `helm upgrade --wait` take, which on a loaded machine is more than 30 s.
+    up = Up(kubectl_bin, workdir, "--no-driver", "--control-plane", "emulator",
+            "--slice-wipe-delay", "600")  # fmt: skip
     try:
         yield Cluster(up, helm_bin, workdir / "root")
     finally:

@@ -420,6 +420,13 @@ def test_demo_rejects_bad_arguments_before_starting(tmp_path):
         out = subprocess.run([SIM, "demo", *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2, (args, out.stderr)
         assert message in out.stderr, (args, out.stderr)
+    for value, message in (("-1", "-1.0 must not be negative"),
+                           ("soon", "invalid number of seconds 'soon'"),
+                           ("nan", "invalid number of seconds 'nan'")):  # fmt: skip
+        out = subprocess.run([SIM, "up", "--slice-wipe-delay", value],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 2, (value, out.stderr)
+        assert message in out.stderr, (value, out.stderr)
     # Without the upstream components built: the command that builds them, and no start.
     env = {**os.environ, ENV_DIR: str(tmp_path / "nothing-built")}
     out = subprocess.run(
