@@ -111,8 +111,11 @@ def test_kill_9_of_the_agent_20_times_leaves_nvidia_imex_and_the_workloads_alone
 
                 async def adopted(n: int = kill, old: int = agent.pid) -> bool:
                     log = node.agent.log_text()
-                    return (log.count(ADOPTED) >= n and log.count(READY_LINE) >= n + 1
-                            and _agent(keeper).pid != old)
+                    # What a timeout reports: how far the new agent got, and its last words.
+                    assert log.count(ADOPTED) >= n and log.count(READY_LINE) >= n + 1, (
+                        f"{log.count(ADOPTED)} adoptions, {log.count(READY_LINE)} ready "
+                        f"lines; the log ends:\n{log[-2000:]}")
+                    return _agent(keeper).pid != old
 
                 await eventually(adopted, f"agent {kill} adopted nvidia-imex and is ready")
                 assert _imex_pids(keeper) == [imex], f"after kill {kill}"
