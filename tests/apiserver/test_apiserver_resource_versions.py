@@ -105,26 +105,28 @@ def test_a_v1_shaped_body_sent_to_v1beta1_is_refused_as_a_real_server_refuses_it
 def test_watch_events_and_patches_speak_the_served_version(server: ServerThread) -> None:
     api, custom = served(server)
     events: list[dict] = []
-    started = threading.Event()
+    # Watch from the list's resourceVersion: a watch without one starts "now", so under load
+    # the create and patch could land before it and arrive as one synthetic ADDED.
+    since = custom.list_cluster_custom_object(GROUP, "v1beta1", "resourceslices")[
+        "metadata"]["resourceVersion"]
 
     def watching() -> None:
         stream = watch.Watch(return_type="object")
-        started.set()
         for event in stream.stream(custom.list_cluster_custom_object, GROUP, "v1beta1",
-                                   "resourceslices", timeout_seconds=5):
+                                   "resourceslices", resource_version=since,
+                                   timeout_seconds=30):
             events.append(event)
             if len(events) == 2:
                 stream.stop()
 
     thread = threading.Thread(target=watching)
     thread.start()
-    started.wait()
     DraApi(api, "v1beta1").create("resourceslices", SLICE)
     patched = custom.patch_cluster_custom_object(
         GROUP, "v1beta1", "resourceslices", "n1-slice",
         {"spec": {"devices": [{"name": "channel-0", "basic": {
             "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}}}]}})
-    thread.join(10)
+    thread.join(30)
     assert patched["spec"]["devices"][0]["basic"]["attributes"]["id"] == {"int": 0}
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED"]
     for event in events:
