@@ -9,13 +9,13 @@ STAMP  := $(VENV)/.installed
 .PHONY: test e2e demo lint unit proto bench binary binaries bundle clean k8s helm manifests
 
 # The pinned upstream Kubernetes components (upstream/: one Go module, one binary that
-# dispatches to etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl),
+# dispatches to etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl),
 # built from the Go module proxy into .cache/k8s/<version>/. Go's own module and build caches
 # (outside the repo) make a rebuild in a fresh clone a relink.
 K8S_VERSION := $(shell sed -n 's/^[[:space:]]*k8s.io\/kubernetes v\([^ ]*\)$$/v\1/p' upstream/go.mod)
 K8S_DIR     := .cache/k8s/$(K8S_VERSION)
 K8S_BIN     := $(K8S_DIR)/upstream
-K8S_TOOLS   := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
+K8S_TOOLS   := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 K8S_LDFLAGS := -s -w $(foreach pkg,k8s.io/client-go/pkg/version k8s.io/component-base/version,\
 	-X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitTreeState=clean \
 	-X $(pkg).gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
@@ -101,7 +101,14 @@ binaries: $(STAMP)
 bundle: binary
 	sh packaging/install.sh bundle dist/bundle
 
-k8s: $(K8S_DIR)/.linked
+k8s: $(K8S_DIR)/.linked $(K8S_DIR)/cri/.generated
+
+# The CRI v1 stubs of the sim's container runtime (sim/cri), from the pinned k8s.io/cri-api's
+# own api.proto in Go's module cache (nothing copied into the repository).
+$(K8S_DIR)/cri/.generated: $(K8S_BIN) $(STAMP) sim/cri/protos.py
+	$(PY) -m sim.cri.protos $(K8S_DIR)/cri \
+		"$$(cd upstream && go list -m -f '{{.Dir}}' k8s.io/cri-api)/pkg/apis/runtime/v1/api.proto"
+	@touch $@
 
 $(K8S_BIN): upstream/go.mod upstream/go.sum $(wildcard upstream/*.go)
 	@command -v go >/dev/null || { echo "make k8s needs Go (see upstream/go.mod for the version)" >&2; exit 1; }

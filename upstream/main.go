@@ -5,16 +5,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
+	kubectl "k8s.io/kubectl/pkg/cmd"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 
 	// The client auth plugins kubectl ships with.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
@@ -24,6 +26,7 @@ var commands = map[string]func() *cobra.Command{
 	"kube-apiserver":          apiserver.NewAPIServerCommand,
 	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
 	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 	"kubectl":                 kubectl.NewDefaultKubectlCommand,
 }
 
@@ -42,7 +45,7 @@ func main() {
 		build, ok = commands[name]
 	}
 	if !ok {
-		fmt.Fprintf(os.Stderr, "usage: %s {etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl} [flags]\n", filepath.Base(os.Args[0]))
+		fmt.Fprintf(os.Stderr, "usage: %s {etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl} [flags]\n", filepath.Base(os.Args[0]))
 		os.Exit(2)
 	}
 	command := build()

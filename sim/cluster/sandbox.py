@@ -74,6 +74,9 @@ class Launch:
     image_known: bool = False  # the project's image (in-process executors run those)
     # Paths every user must reach (the image's programs and interpreter; see sandbox_init).
     traverse: tuple[str, ...] = ()
+    # The mount namespace (a /proc/PID/ns/mnt path) the container is made from; "" is
+    # this process's. An upstream kubelet's volumes exist only in its own (sim/cri).
+    host_namespace: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def host_path(self, container_path: str) -> str | None:
@@ -101,6 +104,7 @@ class Launch:
             "no_new_privs": self.privileges.no_new_privs,
             "state_dir": self.state_dir,
             "traverse": list(self.traverse),
+            "host_namespace": self.host_namespace,
             "parent_pid": os.getpid(),
         }
 
@@ -243,6 +247,15 @@ class SandboxExecutor:
                 ["run"], launch.spec(), Path(launch.state_dir),
                 stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
             )  # fmt: skip
+        return SandboxContainer(proc)
+
+    async def start_piped(self, launch: Launch) -> SandboxContainer:
+        """Start the container with its stdout and stderr as pipes (`proc.stdout`,
+        `proc.stderr`): a CRI runtime writes them to the kubelet's log in its format."""
+        proc = await _spawn(
+            ["run"], launch.spec(), Path(launch.state_dir), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
         return SandboxContainer(proc)
 
     async def exec(

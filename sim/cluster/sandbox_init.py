@@ -274,6 +274,12 @@ def _exec(spec: dict[str, Any]) -> None:
 
 
 def run(spec: dict[str, Any]) -> None:
+    if spec.get("host_namespace"):
+        # The node's mount namespace (an upstream kubelet's, sim/cri): the volumes it
+        # mounted are there, not in this machine's namespace.
+        fd = os.open(spec["host_namespace"], os.O_RDONLY | os.O_CLOEXEC)
+        _check(_libc.setns(fd, CLONE_NEWNS), "setns the node's mount namespace")
+        os.close(fd)
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare")
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
     if spec.get("hostname"):

@@ -21,6 +21,7 @@ COMPONENTS: Final = (
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
+    "kubelet",
     "kubectl",
 )
 # Overrides the directory (a relocated checkout, an installed copy of the components).

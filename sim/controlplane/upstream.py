@@ -128,6 +128,15 @@ class KubernetesControlPlane:
         pair = self._pki.kubelet_serving(node, address)
         return server_context(pair.cert, pair.key, self._pki.ca.cert)
 
+    def kubelet_serving(self, node: str, address: str) -> KeyPair:
+        """The serving certificate files of an upstream kubelet on `node` (sim/cri)."""
+        return self._pki.kubelet_serving(node, address)
+
+    @property
+    def ca_file(self) -> Path:
+        """The cluster CA's certificate (what kubelets check API clients against)."""
+        return self._pki.ca.cert
+
     def in_cluster(self) -> InCluster:
         return InCluster(ADDRESS, self.port, self._pki.ca_pem.decode())
 
