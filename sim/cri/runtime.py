@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import logging
@@ -62,8 +63,18 @@ def log_time() -> str:
     return f"{stamp:%Y-%m-%dT%H:%M:%S}.{now % 1_000_000_000:09d}Z"
 
 
-def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
+def _selected(wanted: Any, item_id: str, state: Any, labels: Mapping[str, str],
+              sandbox_id: str = "") -> bool:
+    """Whether a PodSandboxFilter or ContainerFilter (None: no filter) lets an item through."""
+    if wanted is None:
+        return True
+    if wanted.id and wanted.id != item_id:
+        return False
+    if getattr(wanted, "pod_sandbox_id", "") and wanted.pod_sandbox_id != sandbox_id:
+        return False
+    if wanted.HasField("state") and wanted.state.state != state:
+        return False
+    return all(labels.get(k) == v for k, v in wanted.label_selector.items())
 
 
 @dataclass
@@ -146,7 +157,7 @@ class NodeRuntime:
     def _count(self, method: str) -> None:
         self.calls[method] = self.calls.get(method, 0) + 1
 
-    def _sandbox(self, sandbox_id: str, context: Any) -> PodSandbox:
+    def _sandbox(self, sandbox_id: str) -> PodSandbox:
         found = self.sandboxes.get(sandbox_id)
         if found is None:
             raise CriError(grpc.StatusCode.NOT_FOUND, f"pod sandbox {sandbox_id!r} not found")
@@ -228,17 +239,14 @@ class NodeRuntime:
     async def PodSandboxStatus(self, request: Any, context: Any) -> Any:
         self._count("PodSandboxStatus")
         pb = self.pb
-        sandbox = self._sandbox(request.pod_sandbox_id, context)
+        sandbox = self._sandbox(request.pod_sandbox_id)
         config = sandbox.config
-        host_network = config.linux.security_context.namespace_options.network == pb.NODE
         status = pb.PodSandboxStatus(
             id=sandbox.id, metadata=config.metadata, state=self._sandbox_state(sandbox),
             created_at=sandbox.created_at, network=pb.PodSandboxNetworkStatus(ip=self.pod_ip),
             linux=pb.LinuxPodSandboxStatus(namespaces=pb.Namespace(
                 options=config.linux.security_context.namespace_options)),
             labels=config.labels, annotations=config.annotations)
-        if host_network:
-            status.network.ip = self.pod_ip
         return pb.PodSandboxStatusResponse(status=status)
 
     async def ListPodSandbox(self, request: Any, context: Any) -> Any:
@@ -248,13 +256,8 @@ class NodeRuntime:
         items = []
         for sandbox in self.sandboxes.values():
             state = self._sandbox_state(sandbox)
-            if wanted is not None:
-                if wanted.id and wanted.id != sandbox.id:
-                    continue
-                if wanted.HasField("state") and wanted.state.state != state:
-                    continue
-                if not _matches(sandbox.config.labels, wanted.label_selector):
-                    continue
+            if not _selected(wanted, sandbox.id, state, sandbox.config.labels):
+                continue
             items.append(pb.PodSandbox(
                 id=sandbox.id, metadata=sandbox.config.metadata, state=state,
                 created_at=sandbox.created_at, labels=sandbox.config.labels,
@@ -269,7 +272,7 @@ class NodeRuntime:
 
     async def CreateContainer(self, request: Any, context: Any) -> Any:
         self._count("CreateContainer")
-        sandbox = self._sandbox(request.pod_sandbox_id, context)
+        sandbox = self._sandbox(request.pod_sandbox_id)
         config = request.config
         container_id = uuid.uuid4().hex
         try:
@@ -354,8 +357,7 @@ class NodeRuntime:
         if container.state != "CONTAINER_CREATED":
             raise CriError(grpc.StatusCode.FAILED_PRECONDITION,
                          f"container {container.id} is {container.state}, not created")
-        launch = container.launch
-        launch = Launch(**{**launch.__dict__, "host_namespace": self.namespace()})
+        launch = dataclasses.replace(container.launch, host_namespace=self.namespace())
         try:
             process = await self.executor.start_piped(launch)
         except StartError as err:
@@ -447,15 +449,8 @@ class NodeRuntime:
         out = []
         for c in self.containers.values():
             state = self._container_state(c)
-            if wanted is not None:
-                if wanted.id and wanted.id != c.id:
-                    continue
-                if wanted.pod_sandbox_id and wanted.pod_sandbox_id != c.sandbox_id:
-                    continue
-                if wanted.HasField("state") and wanted.state.state != state:
-                    continue
-                if not _matches(c.config.labels, wanted.label_selector):
-                    continue
+            if not _selected(wanted, c.id, state, c.config.labels, c.sandbox_id):
+                continue
             out.append(pb.Container(
                 id=c.id, pod_sandbox_id=c.sandbox_id, metadata=c.config.metadata,
                 image=c.config.image, image_ref=c.image_ref, image_id=c.image_ref, state=state,
