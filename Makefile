@@ -81,6 +81,7 @@ bench: $(STAMP) k8s helm
 	$(PY) tests/bench/bench_prepare.py --agent dist/compute-domain-agent
 	$(PY) tests/bench/bench_bringup.py
 	$(PY) tests/bench/bench_controlplanes.py
+	$(PY) tests/bench/bench_kubelets.py
 	$(PY) tests/bench/bench_label_repair.py
 	$(PY) tests/bench/bench_k8s_build.py
 
@@ -104,10 +105,12 @@ bundle: binary
 k8s: $(K8S_DIR)/.linked $(K8S_DIR)/cri/.generated
 
 # The CRI v1 stubs of the sim's container runtime (sim/cri), from the pinned k8s.io/cri-api's
-# own api.proto in Go's module cache (nothing copied into the repository).
+# own api.proto in Go's module cache, and the SPDY/3 header dictionary of its streaming
+# server, from the pinned github.com/moby/spdystream (nothing copied into the repository).
 $(K8S_DIR)/cri/.generated: $(K8S_BIN) $(STAMP) sim/cri/protos.py
 	$(PY) -m sim.cri.protos $(K8S_DIR)/cri \
-		"$$(cd upstream && go list -m -f '{{.Dir}}' k8s.io/cri-api)/pkg/apis/runtime/v1/api.proto"
+		"$$(cd upstream && go list -m -f '{{.Dir}}' k8s.io/cri-api)/pkg/apis/runtime/v1/api.proto" \
+		"$$(cd upstream && go list -m -f '{{.Dir}}' github.com/moby/spdystream)"
 	@touch $@
 
 $(K8S_BIN): upstream/go.mod upstream/go.sum $(wildcard upstream/*.go)

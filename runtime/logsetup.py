@@ -24,7 +24,10 @@ argument with `log.isEnabledFor(v_level(6))`.
 simulated cluster (see agent/cli.py) must never call it. Importing this module only names
 the V-levels for `%(levelname)s` (`V1` … `V9`; DEBUG keeps its name).
 
-Formats: `text` is `<asctime> <LEVEL> <logger>: <message>`; `json` is one object a line like
+Formats: `text` is klog's text format, header and all (`Lmmdd hh:mm:ss.uuuuuu PID
+file:line] message`, L being I, W, E or F: what admins of the reference grep, e.g.
+`^(E|W)[0-9]{4}` for warnings and errors; https://github.com/kubernetes/klog/blob/v2.130.1/klog.go,
+formatHeader); `json` is one object a line like
 klog's JSON output: `ts` (float Unix seconds), `caller` (`dir/file.py:line`), `msg`, `v`
 (info lines only), `level` (warnings and errors only; klog has no such key), `err` and
 `stacktrace` for an exception, `logger`, and the record's `extra=` keys.
@@ -37,6 +40,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -52,7 +56,6 @@ FORMAT_FLAG = "--logging-format"
 FORMATS = ("text", "json")
 DEFAULT_VERBOSITY = 4
 DEFAULT_FORMAT = "text"
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _STEP = 2  # Python level numbers between two V-levels
 _MAX_DISTINCT_V = (logging.INFO - 1) // _STEP  # 9: V9 is level 2, level 1 is everything else
@@ -161,6 +164,34 @@ def _caller(record: logging.LogRecord) -> str:
     return f"{'/'.join(parts[-2:])}:{record.lineno}"
 
 
+def _severity(levelno: int) -> str:
+    if levelno >= logging.CRITICAL:
+        return "F"
+    if levelno >= logging.ERROR:
+        return "E"
+    return "W" if levelno >= logging.WARNING else "I"
+
+
+class KlogFormatter(logging.Formatter):
+    """klog's text lines: the header, then the message (any V-level is an I line, as in
+    klog), then a traceback if there is one. Local time, as klog writes it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        t = time.localtime(record.created)
+        micros = int((record.created % 1) * 1_000_000)
+        header = (f"{_severity(record.levelno)}{time.strftime('%m%d %H:%M:%S', t)}."
+                  f"{micros:06d} {record.process or os.getpid():7d} "
+                  f"{record.filename}:{record.lineno}] ")
+        text = header + record.getMessage()
+        if record.exc_info:
+            record.exc_text = record.exc_text or self.formatException(record.exc_info)
+        if record.exc_text:
+            text += "\n" + record.exc_text
+        if record.stack_info:
+            text += "\n" + self.formatStack(record.stack_info)
+        return text
+
+
 class JsonFormatter(logging.Formatter):
     """One klog-style JSON object per record (see the module docstring for the keys)."""
 
@@ -187,7 +218,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def make_formatter(fmt: str) -> logging.Formatter:
-    return JsonFormatter() if check_format(fmt) == "json" else logging.Formatter(TEXT_FORMAT)
+    return JsonFormatter() if check_format(fmt) == "json" else KlogFormatter()
 
 
 _HANDLER_MARK = "_compute_domain_logsetup"

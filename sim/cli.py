@@ -196,6 +196,15 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
         "kube-scheduler (kubernetes; build them first with `make k8s`)",
     )
     parser.add_argument(
+        "--kubelet",
+        choices=("sim", "upstream"),
+        default="sim",
+        help="who runs the nodes' pods: the simulated kubelet (sim, the default; it scales "
+        "to hundreds of nodes), or the upstream kubelet of the pinned release on the sim's "
+        "CRI runtime (upstream: needs --control-plane kubernetes, at most 8 nodes; the "
+        "driver is installed with its Helm chart; build both with `make k8s helm`)",
+    )
+    parser.add_argument(
         "--resource-api",
         type=_resource_versions,
         default=("v1",),
@@ -232,12 +241,32 @@ def _cluster_error(args: argparse.Namespace) -> str | None:
     if args.control_plane == KUBERNETES and "v1" not in args.resource_api:
         return ("--resource-api: kube-apiserver serves v1 for its scheduler; name it too "
                 "(e.g. v1,v1beta1)")
+    if args.kubelet == "upstream" and (error := _upstream_kubelet_error(args)):
+        return error
     if args.control_plane == KUBERNETES:
         from sim.controlplane.binaries import available
 
         built, why = available()
         if not built:
             return f"--control-plane kubernetes: {why}"
+    return None
+
+
+def _upstream_kubelet_error(args: argparse.Namespace) -> str | None:
+    from sim.cluster.cluster import MAX_UPSTREAM_NODES
+    from sim.cluster.upstreamkubelet import HELM
+
+    if args.control_plane != KUBERNETES:
+        return "--kubelet upstream needs --control-plane kubernetes (the real API server)"
+    if args.in_process:
+        return "--kubelet upstream runs the agents as its pods; drop --in-process"
+    if args.agent is not None:
+        return "--kubelet upstream runs the agent from the chart's image; drop --agent"
+    if args.nodes > MAX_UPSTREAM_NODES:
+        return (f"--nodes {args.nodes}: at most {MAX_UPSTREAM_NODES} with --kubelet upstream "
+                "(a real kubelet each); the simulated kubelet scales further")
+    if not HELM.is_file():
+        return f"--kubelet upstream installs the driver with helm: run `make helm` ({HELM})"
     return None
 
 
@@ -260,6 +289,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         in_process=args.in_process,
         control_plane=args.control_plane,
         resource_versions=args.resource_api,
+        kubelet=args.kubelet,
     )
     if args.workload is not None:
         from sim.cluster.example import load
@@ -285,7 +315,7 @@ def _run_up(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from sim.cluster.cluster import ClusterSpec, SimCluster
+    from sim.cluster.cluster import ClusterSpec, new_cluster
 
     if error := _cluster_error(args):
         print(f"{PROG}: {error}", file=sys.stderr)
@@ -302,6 +332,7 @@ def _run_up(args: argparse.Namespace) -> int:
         "control_plane": args.control_plane,
         "driver": not args.no_driver,
         "resource_versions": args.resource_api,
+        "kubelet": args.kubelet,
     }
     if args.agent is not None:
         kwargs["agent_program"] = args.agent
@@ -309,7 +340,7 @@ def _run_up(args: argparse.Namespace) -> int:
         kwargs["slice_wipe_delay"] = args.slice_wipe_delay
 
     async def serve() -> None:
-        cluster = SimCluster(ClusterSpec(**kwargs))
+        cluster = new_cluster(ClusterSpec(**kwargs))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

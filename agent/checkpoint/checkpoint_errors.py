@@ -24,8 +24,10 @@ class CheckpointCorruptError(CheckpointError):
     def __init__(self, reason: str, path: str | PathLike[str] | None = None) -> None:
         self.reason = reason
         self.path = None if path is None else str(path)
-        where = "checkpoint" if self.path is None else f"checkpoint {self.path}"
-        super().__init__(f"{where} is corrupt ({reason}): {_CONSEQUENCE}")
+        # "checkpoint is corrupted" first: the reference's words, which its upgrade guide
+        # tells admins to grep for.
+        where = "" if self.path is None else f" ({self.path})"
+        super().__init__(f"checkpoint is corrupted{where}: {reason}: {_CONSEQUENCE}")
 
     def at(self, path: str | PathLike[str]) -> CheckpointCorruptError:
         """The same error, naming the file it came from."""

@@ -89,9 +89,13 @@ class CliqueMembership(OptimisticWriter):
         pod_uid: str,
         max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
         rng: random.Random | None = None,
+        cd_name: str = "",
+        cd_namespace: str = "",
     ) -> None:
         super().__init__(api_client, rng)
         self.namespace = namespace
+        self.cd_name = cd_name
+        self.cd_namespace = cd_namespace or namespace
         self.cd_uid = cd_uid
         self.clique_id = clique_id
         self.node_name = node_name
@@ -368,13 +372,19 @@ class CliqueMembership(OptimisticWriter):
             if position is None or (
                 self.ip is not None and daemons[position].get("ipAddress") != self.ip
             ):
-                break
+                return
             ops = [*self._guard(position, self.ip),
                    {"op": "remove", "path": f"/daemons/{position}"}]
             if await self._apply_ops(ops) is not None:
-                break
+                # The reference daemon's words (cdclique.go), which its tests grep.
+                log.info("Successfully removed daemon with IP %s from CDClique %s (from "
+                         "ComputeDomain %s/%s)", self.ip, self.name, self.cd_namespace,
+                         self.cd_name or self.cd_uid)
+                return
             obj = await self._read()
-        log.info("Successfully removed daemon with IP %s from CDClique %s", self.ip, self.name)
+        raise MembershipError(f"could not remove our entry from ComputeDomainClique "
+                              f"{self.namespace}/{self.name}: gave up after {MAX_ATTEMPTS} "
+                              f"conflicting writes")
 
     async def peers(self) -> list[Obj]:
         """The clique's daemons as the server has them now (empty if there is no clique)."""

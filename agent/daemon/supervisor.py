@@ -243,6 +243,8 @@ class ImexSupervisor:
                 pod_name=ident.pod_name,
                 pod_uid=ident.pod_uid,
                 max_nodes=ident.max_nodes,
+                cd_name=ident.cd_name,
+                cd_namespace=ident.cd_namespace,
             )
         return LegacyMembership(
             self._api,

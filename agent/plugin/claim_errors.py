@@ -8,6 +8,9 @@ from typing import Final
 
 STILL_WAITING: Final = "not ready yet, kubelet will retry"
 STILL_RETRYING: Final = "failed for now, kubelet will retry"
+# What every per-claim Prepare error starts with, before the claim (namespace/name:uid), as
+# the reference's kubelet plugin says it.
+PREPARE_FAILED_PREFIX: Final = "error preparing devices for claim"
 
 
 class ClaimError(Exception):

@@ -213,10 +213,14 @@ class ClusterView:
         return self.domains.get(uid)
 
     def node_ready(self, cd_uid: str, clique_id: str) -> bool:
-        clique = self._clique(cd_uid, clique_id)
-        daemon = clique.daemon(self._node_name) if clique is not None else None
-        if daemon is not None:
-            return daemon.status == names.STATUS_READY
+        """From this node's entry in its clique (what `follow` watches with the cliques
+        gate on), else from its node in the domain's status: a clique without our entry
+        yet means not ready, never a look into the domain's status through the clique's
+        watch (whose objects are cliques)."""
+        if self._cliques_enabled and clique_id:
+            clique = self._clique(cd_uid, clique_id)
+            daemon = clique.daemon(self._node_name) if clique is not None else None
+            return daemon is not None and daemon.status == names.STATUS_READY
         node = self._status_node(cd_uid)
         return node is not None and node.status == names.STATUS_READY
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from agent.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, PreparedDevice, PreparedGroup
 from agent.plugin.claim_errors import (
+    PREPARE_FAILED_PREFIX,
     STILL_RETRYING,
     STILL_WAITING,
     ClaimError,
@@ -203,7 +204,7 @@ class Driver:
                 out[ref.uid] = problem
                 continue
             out[ref.uid] = await self._retry(
-                functools.partial(self._unprepare_once, ref), deadline, str(ref))
+                functools.partial(self._unprepare_once, ref), deadline, ref, "unpreparing")
         return out
 
     # --- retry loop --------------------------------------------------------------------
@@ -227,20 +228,23 @@ class Driver:
                     self._events.waiting(claim, err)
                 raise
 
-        error = await self._retry(once, deadline, str(ref))
+        error = await self._retry(once, deadline, ref, "preparing")
         if error:
             if self._events is not None and not (last and wait_reason(last[0])):
                 self._events.failed(claim, error)
-            return PrepareResult(error=error)
+            # The reference's words (its driver.go nodePrepareResource): the kubelet puts
+            # them into the pod's FailedPrepareDynamicResources Event, where runbooks grep.
+            return PrepareResult(error=f"{PREPARE_FAILED_PREFIX} '{ref}': {error}")
         if self._events is not None and fresh:
             self._events.prepared(claim, fresh)
-        vlog(log, 1, "prepare: claim %s %s: %s", ref,
-             "newly prepared" if fresh is not None else "was already prepared",
-             ", ".join(d.device for d in devices) or "no devices")
+        # The reference's words (driver.go), then whether this call did the work.
+        vlog(log, 1, "Prepared devices for claim '%s': %s (%s)", ref,
+             ", ".join(f"{d.device} {list(d.cdi_device_ids)}" for d in devices) or "none",
+             "newly prepared" if fresh is not None else "was already prepared")
         return PrepareResult(devices=tuple(devices))
 
-    async def _retry(self, step: Callable[[], Awaitable[None]], deadline: float, what: str
-                     ) -> str:
+    async def _retry(self, step: Callable[[], Awaitable[None]], deadline: float,
+                     ref: ClaimRef, verb: str) -> str:
         """'' on success, else the error for kubelet: a permanent one, or why the claim is
         still waiting when the deadline comes. The reference leaves a waiting claim out of
         the response instead, so kubelet only ever says "skipped 1 ResourceClaims"; the
@@ -248,12 +252,15 @@ class Driver:
         retries an error exactly as it retries a skipped claim."""
         loop = asyncio.get_running_loop()
         delay = 0.05
+        what = str(ref)
         while True:
             try:
                 await step()
                 return ""
             except PermanentError as err:
-                log.error("%s: %s", what, err)
+                # The reference's line (driver.go), which its own tests and runbooks grep.
+                log.error("Permanent error %s devices for claim %s: error %s devices for "
+                          "claim '%s': %s", verb, ref.uid, verb, ref, err)
                 return str(err)
             except NotReadyError as err:
                 remaining = deadline - loop.time()
@@ -504,8 +511,8 @@ class Driver:
         async with self._lock.held():
             entry = self.checkpoint.claims.get(ref.uid)
             if entry is None or entry.state == ABORTED:
-                vlog(log, 2, "unprepare: claim %s: Unprepare is a noop (%s)", ref,
-                     "not in the checkpoint" if entry is None else "its prepare was aborted")
+                vlog(log, 2, "Unprepare noop: %s: %s", "claim not found in checkpoint data"
+                     if entry is None else "claim in PrepareAborted state", ref)
                 return
             if entry.state not in (STARTED, COMPLETED):
                 raise PermanentError(f"unsupported ClaimCheckpointState {entry.state!r}")
@@ -521,9 +528,11 @@ class Driver:
                     state=ABORTED, status=entry.status, prepared=None, name=ref.name,
                     namespace=ref.namespace, aborted_at=datetime.now(UTC).replace(microsecond=0))
             self._save()
+            vlog(log, 6, "%s: %s", "Deleted claim from checkpoint" if entry.state == COMPLETED
+                 else "Marked claim PrepareAborted in checkpoint", ref)
             if self._s.imex_host is not None:
                 await self._s.imex_host.release_unused(self.checkpoint)
-        vlog(log, 1, "unprepare: claim %s unprepared", ref)
+        vlog(log, 1, "Unprepared devices for claim '%s'", ref)
 
     async def _undo(self, status: Mapping[str, Any]) -> None:
         """Take back what a prepare did, from `status` as the checkpoint stored it."""

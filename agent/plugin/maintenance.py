@@ -15,6 +15,7 @@ from pathlib import Path
 from agent.plugin.driver import Driver
 from agent.plugin.grpcserver import ClaimRef
 from agent.plugin.imexhost import ImexHost
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +38,23 @@ class Maintenance:
 
     async def run_once(self) -> dict[str, int]:
         stale = []
+        # The reference's words (its cleanup.go), which its stale-claim test greps.
         for ref in self._driver.stale_started():
             try:
                 if not await self._claim_exists(ref):
+                    vlog(log, 4, "Checkpointed RC cleanup: partially prepared claim '%s' is "
+                         "stale: not found in API server", ref)
                     stale.append(ref)
+                else:
+                    vlog(log, 4, "Checkpointed RC cleanup: partially prepared claim not "
+                         "stale: %s", ref)
             except Exception as err:  # API trouble: try again next time
                 log.info("cleanup: cannot check claim %s: %s", ref, err)
         if stale:
-            await self._driver.unprepare(stale)
+            errors = await self._driver.unprepare(stale)
+            for ref in stale:
+                if not errors.get(ref.uid):
+                    log.info("Checkpointed RC cleanup: unprepared stale claim: %s", ref)
         tombstones, orphans = await self._driver.sweep()
         if self._imex is not None:
             try:

@@ -82,6 +82,10 @@ DOCKERFILE: Final = Path(__file__).resolve().parents[2] / "Dockerfile"
 SMALL_CLUSTER: Final = 16  # nodes up to which the daemons poll and heartbeat fast
 # Controller and agent programs run here by default (the venv's console scripts).
 DEFAULT_BIN_DIR: Final = Path(sys.executable).parent
+SIM_KUBELET: Final = "sim"
+UPSTREAM_KUBELET: Final = "upstream"
+KUBELETS: Final = (SIM_KUBELET, UPSTREAM_KUBELET)
+MAX_UPSTREAM_NODES: Final = 8  # a real kubelet each: ~100 MB and a core-second to start
 # How long the tokens of the controller and the agents (processes, not pods) live.
 PROGRAM_TOKEN_SECONDS: Final = 7 * 24 * 3600
 
@@ -114,6 +118,10 @@ class ClusterSpec:
     # 1.32 serves it, ("v1beta1", "v1beta2") as 1.33. Upstream kube-apiserver: v1 (its
     # scheduler and controllers need it) plus the betas named, enabled by --runtime-config.
     resource_versions: tuple[str, ...] = ("v1",)
+    # "sim": the simulated kubelet (the default; it scales to hundreds of nodes), or
+    # "upstream": the real kubelet of the pinned release on the sim's CRI runtime, the
+    # driver installed by its Helm chart (sim/cluster/upstreamkubelet.py).
+    kubelet: str = SIM_KUBELET
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -135,6 +143,7 @@ class ClusterSpec:
                              "scheduler needs it): name v1 among resource_versions")
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1 (got {self.nodes})")
+        self._validate_kubelet()
         if self.nodes + self.non_fabric > MAX_NODES:
             raise ValueError(f"at most {MAX_NODES} nodes (one 127.A.B.N address each, "
                              f"{NETWORK_BLOCK} /24s per cluster)")
@@ -148,6 +157,22 @@ class ClusterSpec:
         for program in (self.agent_program, self.controller_program):
             if not Path(program).is_file():
                 raise ValueError(f"program {program} not found (run `make` to build the venv)")
+
+    def _validate_kubelet(self) -> None:
+        if self.kubelet not in KUBELETS:
+            raise ValueError(f"kubelet {self.kubelet!r} is not one of {', '.join(KUBELETS)}")
+        if self.kubelet != UPSTREAM_KUBELET:
+            return
+        if self.control_plane != KUBERNETES:
+            raise ValueError("the upstream kubelet needs the upstream control plane "
+                             "(--control-plane kubernetes)")
+        if self.in_process:
+            raise ValueError("the upstream kubelet runs the agents as its pods; it cannot be "
+                             "combined with in-process agents")
+        total = self.nodes + self.non_fabric
+        if total > MAX_UPSTREAM_NODES:
+            raise ValueError(f"at most {MAX_UPSTREAM_NODES} nodes with the upstream kubelet "
+                             f"(got {total}); the simulated kubelet scales further")
 
     @property
     def clique_count(self) -> int:
@@ -495,6 +520,17 @@ class SimCluster:
 
     async def stop(self) -> None:
         """Stop everything this cluster started; safe to call after a failed start."""
+        await self._stop_nodes()
+        if self.admin is not None:
+            self.admin.close()
+            self.admin = None
+        await self.control_plane.stop()
+        if self._aliases is not None:
+            shutil.rmtree(self._aliases, ignore_errors=True)
+            self._aliases = None
+
+    async def _stop_nodes(self) -> None:
+        """The kubelets (and what runs on the nodes), then the hosts' own IMEX daemons."""
         await asyncio.gather(
             *(n.kubelet.stop() for n in self.nodes.values()), return_exceptions=True
         )
@@ -507,13 +543,6 @@ class SimCluster:
         )
         for node in self.nodes.values():
             node.kubelet.api.close()
-        if self.admin is not None:
-            self.admin.close()
-            self.admin = None
-        await self.control_plane.stop()
-        if self._aliases is not None:
-            shutil.rmtree(self._aliases, ignore_errors=True)
-            self._aliases = None
 
     def processes(self) -> list[Any]:
         """The processes this cluster runs: the driver's programs (in-process agents are
@@ -522,6 +551,15 @@ class SimCluster:
         out: list[Any] = [n.agent for n in self.nodes.values() if n.agent.pid is not None]
         out += self.control_plane.processes()
         return out + ([self.controller] if self.controller.pid is not None else [])
+
+
+def new_cluster(spec: ClusterSpec) -> SimCluster:
+    """The cluster of `spec`: its nodes on the simulated or the upstream kubelet."""
+    if spec.kubelet == UPSTREAM_KUBELET:
+        from sim.cluster.upstreamkubelet import UpstreamKubeletCluster
+
+        return UpstreamKubeletCluster(spec)
+    return SimCluster(spec)
 
 
 def _control_plane(

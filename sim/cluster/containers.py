@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -89,8 +90,12 @@ class Container:
         restart_policy: str,
         host: str,
         pod_name: str,
+        announce: Callable[[Obj, str], Awaitable[None]] | None = None,
     ) -> None:
         self.kubelet = kubelet
+        # The kubelet's Events of a run ("pull", "created", "started"), as its image
+        # manager and runtime manager record them.
+        self.announce = announce
         self.spec = spec
         self.name: str = spec["name"]
         self.make_launch = make_launch
@@ -119,6 +124,10 @@ class Container:
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._supervise(), name=f"container-{self.name}")
+
+    async def _announce(self, phase: str) -> None:
+        if self.announce is not None:
+            await self.announce(self.spec, phase)
 
     def _restarts(self, code: int) -> bool:
         if self.restart_policy == "Never":
@@ -176,12 +185,15 @@ class Container:
             return None
         self._rotate_logs()
         probe_task: asyncio.Task[None] | None = None
+        await self._announce("pull")
+        await self._announce("created")
         try:
             self.proc = await self.kubelet.executor.start(self.launch, self.log_path)
         except (StartError, OSError) as err:
             self.proc = None
             self._set_terminated(128, "StartError", str(err))
             return 128
+        await self._announce("started")
         self.state = {"running": {"startedAt": now()}}
         self.started = not self.spec.get("startupProbe")
         self.ready = self.started and not self.spec.get("readinessProbe")
@@ -228,6 +240,19 @@ class Container:
         cap = self.kubelet.probe_period_cap
         return min(value, cap) if cap is not None else value
 
+    @staticmethod
+    def _failure_threshold(probe: Mapping[str, Any], kind: str, period: float) -> int:
+        """failureThreshold; for the probes that restart the container (startup, liveness)
+        probed faster than their periodSeconds (the cap), as many more failures as keep
+        their window (periodSeconds x failureThreshold) in wall time: a program that starts
+        slowly on a loaded machine must not be restarted where the kubelet's own pace
+        would have waited (readiness only flips Ready, and stays quick)."""
+        threshold = int(probe.get("failureThreshold", 3))
+        if kind == "readiness" or period <= 0:
+            return threshold
+        window = float(probe.get("periodSeconds", 10)) * threshold
+        return max(threshold, math.ceil(window / period - 1e-9))
+
     async def _exec_probe(self, argv: Sequence[str], timeout: float) -> bool:
         if self.proc is None or self.launch is None:
             return False
@@ -258,7 +283,7 @@ class Container:
         """Loop one probe; returns True once a startup probe passed, False after a kill."""
         await asyncio.sleep(self._period(probe, "initialDelaySeconds", 0))
         period = self._period(probe, "periodSeconds", 10)
-        failure_threshold = int(probe.get("failureThreshold", 3))
+        failure_threshold = self._failure_threshold(probe, kind, period)
         success_threshold = int(probe.get("successThreshold", 1))
         successes = failures = 0
         proc = self.proc

@@ -33,7 +33,7 @@ from runtime.draclient import discover
 from runtime.informer import Informer
 from runtime.kubecall import call, is_transient
 from sim.cluster import example
-from sim.cluster.cluster import ClusterSpec, SimCluster
+from sim.cluster.cluster import ClusterSpec, SimCluster, new_cluster
 from sim.cluster.evidence import EvidenceChain, Snapshot
 from sim.cluster.leftovers import cdi_leftovers, object_leftovers, process_leftovers
 
@@ -429,6 +429,7 @@ class DemoOptions:
     in_process: bool = False
     control_plane: str = "emulator"
     resource_versions: tuple[str, ...] = ("v1",)
+    kubelet: str = "sim"
 
 
 async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoResult:
@@ -446,9 +447,10 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
     spec_kwargs["in_process"] = opts.in_process
     spec_kwargs["control_plane"] = opts.control_plane
     spec_kwargs["resource_versions"] = opts.resource_versions
+    spec_kwargs["kubelet"] = opts.kubelet
     if opts.agent_program is not None:
         spec_kwargs["agent_program"] = opts.agent_program
-    cluster = SimCluster(ClusterSpec(**spec_kwargs))
+    cluster = new_cluster(ClusterSpec(**spec_kwargs))
     watch: ClusterWatch | None = None
     say = (lambda text: print(text, file=progress, flush=True)) if progress else (lambda _t: None)
     step = "cluster start"

@@ -48,13 +48,13 @@ from agent.plugin.imexhost import ImexHooks
 from api import names
 from runtime import kubecall
 from runtime.cli import program_parser
+from runtime.logsetup import KlogFormatter
 from sim.cluster.inprocess_imex import KILLED, InProcessCtl, InProcessImexLauncher
 from sim.cluster.sandbox import Launch, SandboxExecutor
 
 log = logging.getLogger(__name__)
 
 _PARSE_CACHE: Final = 4096
-_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 # --------------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ class LogRouter(logging.Handler):
         self, verbosity: int, loggers: Sequence[str] = ("agent", "api", "runtime")
     ) -> None:
         super().__init__()
-        self.setFormatter(logging.Formatter(_FORMAT))
+        self.setFormatter(KlogFormatter())  # what the agent's own process writes
         self.var: contextvars.ContextVar[IO[str] | None] = contextvars.ContextVar(
             f"inprocess-log-{id(self)}", default=None
         )

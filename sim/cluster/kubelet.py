@@ -42,7 +42,7 @@ from kubernetes import client
 from api import names
 from runtime.draclient import DraApi
 from runtime.informer import Informer
-from runtime.kubecall import call, call_retrying
+from runtime.kubecall import call, call_retrying, error_text
 from sim.cluster.containerconfig import NodeContext
 from sim.cluster.containers import ContainerExecutor
 from sim.cluster.dra import DraClient, PluginWatcher
@@ -146,6 +146,8 @@ class SimKubelet:
         self.dra = DraClient()
         self.pods: Informer | None = None
         self.workers: dict[str, tuple[PodWorker, asyncio.Task[None]]] = {}
+        self.pulled_images: set[str] = set()  # images the node has (its image manager's)
+        self._events: set[asyncio.Task[None]] = set()  # Events on their way (post_event)
         self._watcher_task: asyncio.Task[None] | None = None
         # Driver name -> its pending ResourceSlice wipe.
         self._wipes: dict[str, asyncio.Task[None]] = {}
@@ -216,6 +218,9 @@ class SimKubelet:
             await self.node.stop()
         if self.server_api is not None:
             await self.server_api.stop()
+        for task in list(self._events):
+            task.cancel()
+        await asyncio.gather(*self._events, return_exceptions=True)
 
     async def read_claim(self, namespace: str, name: str) -> Obj | None:
         """The ResourceClaim, read now (None if it does not exist or cannot be read yet)."""
@@ -345,8 +350,10 @@ class SimKubelet:
         if not task.cancelled() and task.exception() is not None:
             log.error("pod worker %s failed: %s", uid, task.exception())
 
-    async def record_event(self, pod: Obj | None, reason: str, message: str) -> None:
-        """A Warning Event on the pod, as kubelet's recorder writes it."""
+    async def record_event(self, pod: Obj | None, reason: str, message: str, *,
+                           kind: str = "Warning") -> None:
+        """An Event (Warning unless `kind` says Normal) on the pod, as kubelet's recorder
+        writes it."""
         if pod is None:
             return
         md = pod["metadata"]
@@ -362,7 +369,7 @@ class SimKubelet:
             },
             "reason": reason,
             "message": message,
-            "type": "Warning",
+            "type": kind,
             "source": {"component": "kubelet", "host": self.node_name},
             "firstTimestamp": now,
             "lastTimestamp": now,
@@ -372,5 +379,14 @@ class SimKubelet:
         }
         try:
             await call(self.core.create_namespaced_event, md["namespace"], body)
-        except client.ApiException as err:
-            log.warning("event %s on %s not recorded: %s", reason, pod_key(pod), err.status)
+        except Exception as err:  # an Event lost never stops the pod (kubelet drops them too)
+            log.warning("event %s on %s not recorded: %s", reason, pod_key(pod), error_text(err))
+
+    def post_event(self, pod: Obj | None, reason: str, message: str, *,
+                   kind: str = "Warning") -> None:
+        """`record_event` without waiting for it, as kubelet's event broadcaster sends
+        them: an API server that is slow or down never holds up a container's start."""
+        task = asyncio.get_running_loop().create_task(
+            self.record_event(pod, reason, message, kind=kind), name=f"event-{reason}")
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)

@@ -57,6 +57,14 @@ class PodLogs:
         self.exec_in = exec_in
 
 
+# kube-apiserver speaks SPDY to kubelets (translating kubectl's WebSocket); this kubelet
+# does not, the real one does.
+SPDY_HINT = ("; this request asks for SPDY, which kube-apiserver speaks to kubelets and the "
+             "simulated kubelet does not: for kubectl exec on --control-plane kubernetes, run "
+             "the real kubelet (compute-domain-sim up --control-plane kubernetes --kubelet "
+             "upstream)")
+
+
 def _text(status: int, message: str) -> web.Response:
     return web.Response(status=status, text=message)
 
@@ -169,7 +177,9 @@ class KubeletServer:
             return _text(400, "a TTY is not supported by the simulated kubelet; leave out -t")
         ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, max_msg_size=0)
         if not ws.can_prepare(request).ok:
-            return _text(400, f"exec needs a WebSocket upgrade to {' or '.join(EXEC_PROTOCOLS)}")
+            spdy = "spdy" in request.headers.get("Upgrade", "").lower()
+            return _text(400, f"exec needs a WebSocket upgrade to {' or '.join(EXEC_PROTOCOLS)}"
+                         + (SPDY_HINT if spdy else ""))
         await ws.prepare(request)
         with_stdin = request.query.get("stdin") in ("1", "true")
         try:

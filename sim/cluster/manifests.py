@@ -85,7 +85,8 @@ def load(mode_or_path: str | Path, placement: str = "pod") -> list[Obj]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def _values(mode: str, placement: str) -> dict[str, str]:
+def chart_values(mode: str, placement: str) -> dict[str, str]:
+    """The Helm values (`--set` keys) of an IMEX mode and placement."""
     manifest_path(mode, placement)  # refuses a combination without static manifests
     return {**MODE_VALUES[mode], **PLACEMENT_VALUES[placement]}
 
@@ -95,7 +96,7 @@ def helm_template_args(mode: str, release: str = RELEASE, namespace: str = NAMES
     """`helm template` arguments that render a mode's manifests (after the helm binary)."""
     args = ["template", release, str(CHART_DIR), "--namespace", namespace, "--include-crds",
             "--api-versions", "resource.k8s.io/v1"]
-    for key, value in _values(mode, placement).items():
+    for key, value in chart_values(mode, placement).items():
         args += ["--set", f"{key}={value}"]
     return args
 
@@ -121,7 +122,7 @@ def render_static(helm: str | Path, mode: str, placement: str = "pod") -> str:
     """The text of a mode's (and placement's) static manifests, as `make manifests` writes
     it."""
     command = " ".join([f"helm template {RELEASE} <chart> --namespace {NAMESPACE} --include-crds",
-                        *(f"--set {k}={v}" for k, v in _values(mode, placement).items())])
+                        *(f"--set {k}={v}" for k, v in chart_values(mode, placement).items())])
     out = run_helm(helm, helm_template_args(mode, placement=placement)).stdout
     what = mode if placement == "pod" else f"{mode}, placement {placement}"
     header = (

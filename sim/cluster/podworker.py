@@ -178,7 +178,10 @@ class PodWorker:
                 views = self._views()
                 break
             except (DraError, CDIError) as err:
-                await self.kubelet.record_event(self.pod(), PREPARE_FAILED, str(err))
+                # The kubelet's words around the DRA manager's error (pkg/kubelet/cm/dra).
+                await self.kubelet.record_event(
+                    self.pod(), PREPARE_FAILED, "Failed to prepare dynamic resources: "
+                    f"prepare dynamic resources: {err}")
             if not await self._retry(attempt):
                 return False
             attempt += 1
@@ -216,6 +219,7 @@ class PodWorker:
                 restart_policy=restart_policy,
                 host=self.kubelet.pod_ip,
                 pod_name=self.name,
+                announce=self._announce,
             )
 
         # A failed init container runs again unless the pod's policy is Never.
@@ -365,6 +369,29 @@ class PodWorker:
             if await self._sleep_unless_ending(min(_POLL * 2**attempt, 1.0)):
                 return None
             attempt += 1
+
+    async def _announce(self, container: Obj, phase: str) -> None:
+        """The Normal Events the kubelet records as a container starts, in its words
+        (pkg/kubelet/images/image_manager.go, kuberuntime/kuberuntime_container.go of the
+        pinned release): the first use of an image on the node (or every use with
+        imagePullPolicy Always) pulls it, later ones find it present. Posted, not awaited:
+        a container never waits for its Events."""
+        pod, image = self.pod(), str(container.get("image") or "")
+        post = self.kubelet.post_event
+        if phase == "pull":
+            policy = container.get("imagePullPolicy") or "IfNotPresent"  # API-defaulted
+            if image in self.kubelet.pulled_images and policy != "Always":
+                post(pod, "Pulled", f'Container image "{image}" already present on machine '
+                     "and can be accessed by the pod", kind="Normal")
+                return
+            post(pod, "Pulling", f'Pulling image "{image}"', kind="Normal")
+            self.kubelet.pulled_images.add(image)
+            post(pod, "Pulled", f'Successfully pulled image "{image}" in 0s (0s including '
+                 "waiting). Image size: 1 bytes.", kind="Normal")
+        elif phase == "created":
+            post(pod, "Created", "Container created", kind="Normal")
+        elif phase == "started":
+            post(pod, "Started", "Container started", kind="Normal")
 
     async def _prepare(self, claims: Mapping[str, Obj]) -> None:
         """NodePrepareResources for this driver's claims (all at once, as kubelet does)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from sim.cri.paths import NodePaths
 
+CLUSTER_DNS = "10.0.0.10"  # in sim/controlplane/upstream.py's SERVICE_RANGE
 MOUNT_SCRIPT = (
     'set -e; while [ "$1" != "--" ]; do mkdir -p "$2"; mkdir -p "$1"; '
     'mount --bind "$1" "$2"; shift 2; done; shift; exec "$@"'
@@ -78,6 +79,9 @@ def kubelet_config(node_ip: str, port: int, files: KubeletFiles, runtime_socket:
         "serializeImagePulls": False,
         "resolvConf": "",
         "clusterDomain": "cluster.local",
+        # An address in the Service range (no DNS server answers there; pods here resolve
+        # through /etc/hosts): without one the kubelet warns MissingClusterDNS on every pod.
+        "clusterDNS": [CLUSTER_DNS],
         "shutdownGracePeriod": "0s",
         "protectKernelDefaults": False,
     }

@@ -6,11 +6,18 @@ pins, so the wire types are exactly the kubelet's and nothing is copied into thi
 repository. The stubs land in `.cache/k8s/<release>/cri/` as the package `criapi.v1`
 (the proto's own package, `runtime.v1`, stays the service name on the wire; the module
 name avoids this repository's `runtime` package).
+
+Given the pinned `github.com/moby/spdystream` module directory as well, it also writes the
+SPDY/3 header-compression dictionary (the byte table of that module's
+`spdy/dictionary.go`, the one the kubelet's streaming client compresses with) to
+`spdy-dictionary.bin` there, so the runtime's streaming server (sim/cri/spdy.py) needs
+neither Go nor a copy of the table at run time.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import shutil
 import sys
 import tempfile
@@ -21,6 +28,9 @@ from types import ModuleType
 from sim.controlplane.binaries import ComponentsMissingError, locate
 
 PACKAGE = "criapi.v1"
+DICTIONARY = "spdy-dictionary.bin"
+# The SPDY/3 header dictionary has 1423 bytes: a parse that finds another size is wrong.
+DICTIONARY_SIZE = 1423
 
 
 def generate(out_dir: Path, proto: Path) -> Path:
@@ -47,6 +57,32 @@ def generate(out_dir: Path, proto: Path) -> Path:
     return out_dir
 
 
+def write_dictionary(out_dir: Path, spdystream: Path) -> Path:
+    """Write the bytes of `headerDictionary` in `spdystream`/spdy/dictionary.go to
+    `out_dir`/spdy-dictionary.bin; returns that file."""
+    source = (spdystream / "spdy" / "dictionary.go").read_text()
+    table = re.search(r"headerDictionary\s*=\s*\[\]byte\{([^}]*)\}", source)
+    if table is None:
+        raise RuntimeError(f"no headerDictionary byte table in {spdystream}/spdy/dictionary.go")
+    data = bytes(int(h, 16) for h in re.findall(r"0x([0-9a-fA-F]{2})", table.group(1)))
+    if len(data) != DICTIONARY_SIZE:
+        raise RuntimeError(f"the SPDY/3 dictionary in {spdystream} has {len(data)} bytes, "
+                           f"not {DICTIONARY_SIZE}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / DICTIONARY
+    target.write_bytes(data)
+    return target
+
+
+def load_dictionary() -> bytes:
+    """The SPDY/3 header dictionary `make k8s` wrote; ComponentsMissingError naming
+    `make k8s` when it is not there."""
+    path = locate().directory / "cri" / DICTIONARY
+    if not path.exists():
+        raise ComponentsMissingError(f"the SPDY/3 dictionary is not at {path}: run `make k8s`")
+    return path.read_bytes()
+
+
 def load() -> tuple[ModuleType, ModuleType]:
     """(api_pb2, api_pb2_grpc) of the pinned release; ComponentsMissingError naming
     `make k8s` when they were not generated."""
@@ -60,5 +96,7 @@ def load() -> tuple[ModuleType, ModuleType]:
             importlib.import_module(f"{PACKAGE}.api_pb2_grpc"))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # OUT PROTO [SPDYSTREAM_DIR]
     print(generate(Path(sys.argv[1]), Path(sys.argv[2])))
+    if len(sys.argv) > 3:
+        print(write_dictionary(Path(sys.argv[1]), Path(sys.argv[3])))

@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import functools
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -45,6 +47,13 @@ from sim.cluster.privileges import privileges
 from sim.cluster.sandbox import Device, Launch, Mount, SandboxContainer, SandboxExecutor, StartError
 from sim.controlplane.base import InCluster
 from sim.cri.paths import NodePaths
+from sim.cri.streaming import (
+    AttachSession,
+    ExecSession,
+    PortForwardSession,
+    StreamingServer,
+    follow_log,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +70,12 @@ def log_time() -> str:
     now = time.time_ns()
     stamp = datetime.datetime.fromtimestamp(now // 1_000_000_000, datetime.UTC)
     return f"{stamp:%Y-%m-%dT%H:%M:%S}.{now % 1_000_000_000:09d}Z"
+
+
+def _text(value: str | bytes) -> str:
+    """An env value: `KeyValue.value` is bytes in this CRI release (any byte string is a
+    valid environment value), str in older ones."""
+    return value.decode(errors="surrogateescape") if isinstance(value, bytes) else value
 
 
 def _selected(wanted: Any, item_id: str, state: Any, labels: Mapping[str, str],
@@ -133,6 +148,8 @@ class NodeRuntime:
         path_extra: Sequence[str] = (),
         namespace: Any = None,
         executor: SandboxExecutor | None = None,
+        pods_dir: Path | None = None,
+        streaming: StreamingServer | None = None,
     ) -> None:
         self.pb = pb
         self.node_name = node_name
@@ -146,11 +163,17 @@ class NodeRuntime:
         self.path_extra = list(path_extra)
         self.namespace = namespace or (lambda: "")
         self.executor = executor or SandboxExecutor()
+        # Where each pod's directory is (`{pod_dir}` of env_extra) and each container's view
+        # is published, as the simulated kubelet does (sim/cluster/podworker.py).
+        self.pods_dir = pods_dir or state_dir / "pods"
         self.sandboxes: dict[str, PodSandbox] = {}
         self.containers: dict[str, Container] = {}
         self.pulled: dict[str, str] = {}  # image reference -> image ID
         # Every call the kubelet made, by method name (tests compare kubelets by it).
         self.calls: dict[str, int] = {}
+        # Where Exec, Attach and PortForward send the kubelet (sim/cri/streaming.py); None:
+        # those calls answer UNIMPLEMENTED.
+        self.streaming = streaming
 
     # --- bookkeeping -----------------------------------------------------------------
 
@@ -284,24 +307,31 @@ class NodeRuntime:
         if config.log_path and sandbox.config.log_directory:
             log_path = self.paths.on_machine(
                 f"{sandbox.config.log_directory.rstrip('/')}/{config.log_path}")
+            log_path.parent.mkdir(parents=True, exist_ok=True)  # <container>/N.log
         self.containers[container_id] = Container(
-            container_id, sandbox.id, config, launch, self._image_id(config.image.image),
+            container_id, sandbox.id, config, launch, self._image_id(self._image_ref(config.image)),
             log_path, nanos())
         return self.pb.CreateContainerResponse(container_id=container_id)
 
     def _launch(self, container_id: str, config: Any, sandbox_config: Any) -> Launch:
         pb = self.pb
-        image = self.images.lookup(config.image.image)
+        image = self.images.lookup(self._image_ref(config.image))
+        meta = sandbox_config.metadata
+        pod_dir = self.pods_dir / f"{meta.namespace}_{meta.name}"
+        pod_dir.mkdir(parents=True, exist_ok=True)
         env = image.base_env()
-        env.update({kv.key: kv.value for kv in config.envs})
+        env.update({kv.key: _text(kv.value) for kv in config.envs})
         if self.in_cluster is not None and "KUBERNETES_SERVICE_HOST" in env:
             host, port = self.in_cluster.host, str(self.in_cluster.port)
             env.update({"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
                         "KUBERNETES_SERVICE_PORT_HTTPS": port})
         view = container_view([d.name for d in config.CDI_devices], self.cdi_dirs)
+        (pod_dir / f"{config.metadata.name}.json").write_text(
+            json.dumps(view.to_dict(), indent=2) + "\n")
         env.update(view.env)
         if image.known:
-            env.update(self.env_extra)
+            env.update({k: v.replace("{pod_dir}", str(pod_dir))
+                        for k, v in self.env_extra.items()})
             env = runtime_env(env, self.pod_ip)
         if self.path_extra:
             env["PATH"] = ":".join([*self.path_extra, env.get("PATH", "")])
@@ -311,6 +341,7 @@ class NodeRuntime:
         gid = linux.run_as_group.value if linux.HasField("run_as_group") else (
             gid_default if gid_default is not None else 0)
         mounts = [Mount(host, path, readonly=True) for path, host in image.files.items()]
+        mounts.append(Mount(str(pod_dir), str(pod_dir)))
         mounts += [Mount(p, p, readonly=True) for p in self.path_extra]
         for m in config.mounts:
             mounts.append(Mount(self.paths.in_namespace(m.host_path), m.container_path,
@@ -502,6 +533,54 @@ class NodeRuntime:
                          f"command timed out after {request.timeout}s") from None
         return self.pb.ExecSyncResponse(stdout=out, stderr=errors, exit_code=proc.returncode or 0)
 
+    # Streaming (`kubectl exec`, `attach`, `port-forward`): a one-time URL of the node's
+    # streaming server, which the kubelet connects to and proxies (sim/cri/streaming.py).
+
+    def _streaming(self, what: str) -> StreamingServer:
+        if self.streaming is None:
+            raise CriError(grpc.StatusCode.UNIMPLEMENTED, f"{what}: no streaming server")
+        return self.streaming
+
+    def _running(self, container_id: str) -> Container:
+        c = self._container(container_id)
+        if c.process is None or c.process.returncode is not None:
+            raise CriError(grpc.StatusCode.FAILED_PRECONDITION, f"container {c.id} is not running")
+        return c
+
+    async def Exec(self, request: Any, context: Any) -> Any:
+        self._count("Exec")
+        server = self._streaming("exec")
+        c = self._running(request.container_id)
+        if not request.cmd:
+            raise CriError(grpc.StatusCode.INVALID_ARGUMENT, "cmd must not be empty")
+        if request.tty and request.stderr:
+            raise CriError(grpc.StatusCode.INVALID_ARGUMENT, "tty and stderr cannot both be true")
+        spawn = functools.partial(self.executor.exec, c.process, c.launch, list(request.cmd))
+        session = ExecSession(spawn, stdin=request.stdin, stdout=request.stdout,
+                              stderr=request.stderr, tty=request.tty)
+        return self.pb.ExecResponse(url=server.url(session))
+
+    async def Attach(self, request: Any, context: Any) -> Any:
+        self._count("Attach")
+        server = self._streaming("attach")
+        c = self._running(request.container_id)
+        if request.stdin:
+            raise CriError(grpc.StatusCode.UNIMPLEMENTED, "attach with stdin is not supported "
+                           "by the compute-domain-sim runtime: a container's stdin is not kept "
+                           "open (attach without -i shows its output)")
+        if c.log_path is None:
+            raise CriError(grpc.StatusCode.FAILED_PRECONDITION, f"container {c.id} has no log")
+        output = functools.partial(follow_log, c.log_path, lambda: bool(c.finished_at))
+        session = AttachSession(output, stdout=request.stdout, stderr=request.stderr,
+                                tty=request.tty)
+        return self.pb.AttachResponse(url=server.url(session))
+
+    async def PortForward(self, request: Any, context: Any) -> Any:
+        self._count("PortForward")
+        server = self._streaming("port forward")
+        self._sandbox(request.pod_sandbox_id)
+        return self.pb.PortForwardResponse(url=server.url(PortForwardSession(self.pod_ip)))
+
     # Stats: the kubelet's cAdvisor reads this machine; the runtime reports none.
 
     async def ContainerStats(self, request: Any, context: Any) -> Any:
@@ -517,6 +596,13 @@ class NodeRuntime:
         return self.pb.ListPodSandboxStatsResponse()
 
     # --- ImageService ------------------------------------------------------------------
+
+    def _image_ref(self, spec: Any) -> str:
+        """The reference an ImageSpec names: the kubelet creates containers by the image ID
+        PullImage answered, with the pod's reference as `user_specified_image`."""
+        if spec.user_specified_image:
+            return str(spec.user_specified_image)
+        return next((r for r, i in self.pulled.items() if i == spec.image), str(spec.image))
 
     def _image_id(self, ref: str) -> str:
         return "sha256:" + hashlib.sha256(ref.encode()).hexdigest()

@@ -8,6 +8,7 @@ a runtime error (`CriError`) becomes its gRPC status.
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 import grpc
 
 from sim.cri.runtime import CriError, NodeRuntime
+
+log = logging.getLogger(__name__)
 
 
 def _delegate(runtime: NodeRuntime, name: str) -> Any:
@@ -26,6 +29,9 @@ def _delegate(runtime: NodeRuntime, name: str) -> Any:
             return await method(request, context)
         except CriError as err:
             await context.abort(err.code, err.message)
+        except Exception as err:  # a runtime bug: the kubelet sees it, the log has it all
+            log.exception("CRI %s failed", name)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{name}: {type(err).__name__}: {err}")
 
     return call
 

@@ -522,9 +522,11 @@ def cluster(k8s, project_crds) -> ClusterObjects:
 def waiting_reason(resp: Any, uid: str) -> str:
     """The reason a claim is still waiting at the end of a Prepare call (an error that
     kubelet records on the pod and retries), failing if the claim got anything else."""
-    from agent.plugin.claim_errors import STILL_RETRYING, STILL_WAITING
+    from agent.plugin.claim_errors import PREPARE_FAILED_PREFIX, STILL_RETRYING, STILL_WAITING
 
     assert uid in resp.claims, f"claim {uid} left out of the response"
     error = resp.claims[uid].error
-    assert error.startswith((STILL_WAITING, STILL_RETRYING)), error
-    return error
+    assert error.startswith(PREPARE_FAILED_PREFIX), error
+    reason = error.split(f":{uid}': ", 1)[-1]
+    assert reason.startswith((STILL_WAITING, STILL_RETRYING)), error
+    return reason

@@ -161,7 +161,7 @@ def test_corrupt_file_raises_naming_the_file_and_leaves_it_untouched(tmp_path, d
     with pytest.raises(CheckpointCorruptError) as info:
         CheckpointStore(path).read()
     message = str(info.value)
-    assert message.startswith(f"checkpoint {path} is corrupt (")
+    assert message.startswith(f"checkpoint is corrupted ({path}): ")
     assert reason in message
     assert "restore it from backup" in message and "move it aside and restart" in message
     assert "\n" not in message

@@ -26,11 +26,12 @@ def _cd(custom: client.CustomObjectsApi, name: str, namespace: str = "default") 
          "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-ch"}}}})
 
 
-def _clique(custom: client.CustomObjectsApi, cd_uid: str, status: str) -> None:
+def _clique(custom: client.CustomObjectsApi, cd_uid: str, status: str,
+            node: str = NODE) -> None:
     name = names.clique_object_name(cd_uid, "c1")
     body = {"apiVersion": names.API_VERSION, "kind": names.KIND_CLIQUE,
             "metadata": {"name": name, "labels": {names.LABEL_COMPUTE_DOMAIN: cd_uid}},
-            "daemons": [{"nodeName": NODE, "ipAddress": "10.0.0.1", "cliqueID": "c1",
+            "daemons": [{"nodeName": node, "ipAddress": "10.0.0.1", "cliqueID": "c1",
                          "index": 0, "status": status}]}
     try:
         current = custom.get_namespaced_custom_object(names.GROUP, names.VERSION, NS,
@@ -71,6 +72,14 @@ def test_follows_one_clique_and_looks_domains_up(k8s, project_crds) -> None:
             await view.follow(uid, "c1")
             assert view.followed == [uid] and not view.node_ready(uid, "c1")
             assert view.daemon_entry(uid, "c1") == "clique c1 has no entries yet"
+            # The clique holds another node's entry, not ours yet: not ready (the clique's
+            # watch holds cliques, not the domain).
+            since = view.generation()
+            await asyncio.to_thread(_clique, custom, uid, names.STATUS_READY, "node-b")
+            await view.wait_for_change(since, 10)
+            informer = view._followed[uid]
+            assert await informer.wait_for(lambda: bool(informer.items), 10)
+            assert not view.node_ready(uid, "c1")
             since = view.generation()
             await asyncio.to_thread(_clique, custom, other_uid, names.STATUS_READY)
             await asyncio.to_thread(_clique, custom, uid, names.STATUS_READY)

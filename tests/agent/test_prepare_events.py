@@ -147,7 +147,9 @@ def test_a_permanent_error_is_a_prepare_failed_event(agent, cluster, node):
     assert (event.reason, event.type) == (names.EVENT_PREPARE_FAILED, "Warning")
     assert (event.involved_object.name, event.involved_object.uid) == (
         "wl", workload.metadata.uid)
-    assert event.message == error
+    # The kubelet gets the reference's words before the claim; the Event names the pod.
+    ref = f"other/{claim['metadata']['name']}:{claim['metadata']['uid']}"
+    assert error == f"error preparing devices for claim '{ref}': {event.message}"
 
 
 def test_a_retryable_error_still_failing_at_the_end_is_a_prepare_failed_event(

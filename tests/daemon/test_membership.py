@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 
@@ -468,3 +469,21 @@ def test_status_and_leave_patch_only_our_entry_wherever_it_moved(k8s, project_cr
         assert list(by_node(get_clique(k8s))) == ["node-b"]
 
     asyncio.run(scenario())
+
+
+def test_leaving_says_the_references_words_once_removed(k8s, project_crds, caplog):
+    """'Successfully removed daemon with IP <ip> from CDClique <name> (from ComputeDomain
+    <ns>/<name>)', as the reference's daemon logs it and its test_cd_misc.bats greps, only
+    for a leave that removed an entry."""
+    caplog.set_level(logging.INFO)
+    daemon = member(k8s, "node-a", cd_name="imex-channel-injection", cd_namespace="default")
+
+    async def scenario() -> None:
+        await daemon.join("10.0.0.1")
+        await daemon.leave()
+        await daemon.leave()  # nothing left to remove: nothing said
+
+    asyncio.run(scenario())
+    said = [r.getMessage() for r in caplog.records if "Successfully removed" in r.getMessage()]
+    assert said == [f"Successfully removed daemon with IP 10.0.0.1 from CDClique {NAME} "
+                    "(from ComputeDomain default/imex-channel-injection)"]

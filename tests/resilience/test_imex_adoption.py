@@ -60,6 +60,30 @@ def _imex_pids(keeper: psutil.Process) -> list[int]:
     return sorted(p.pid for p in keeper.children(recursive=True) if _is_imex(p))
 
 
+def _state(pid: int) -> str:
+    try:
+        return f"is {psutil.Process(pid).status()}"
+    except psutil.Error:
+        return "is gone"
+
+
+def _imex_log(node: Any, uid: str) -> str:
+    path = node.host.plugin_dir / "domains" / uid / "nvidia-imex.log"
+    try:
+        return path.read_text(errors="replace")
+    except OSError as err:
+        return f"({err})"
+
+
+def _diagnosis(log: str, imex: int, node: Any, uid: str) -> str:
+    """What a timeout reports: how far the new agent got, its last words, and what became
+    of the first nvidia-imex."""
+    mine = [x for x in log.splitlines() if f"pid {imex} " in x or "keeper:" in x]
+    return (f"the log ends:\n{log[-2000:]}\nnvidia-imex pid {imex} {_state(imex)}; "
+            f"lines about it and the keeper: {mine}; its log ends:\n"
+            f"{_imex_log(node, uid)[-5000:]}")
+
+
 class EntryWatch:
     """Every state the watched cliques' entries were seen in (a watch, not samples)."""
 
@@ -111,17 +135,16 @@ def test_kill_9_of_the_agent_20_times_leaves_nvidia_imex_and_the_workloads_alone
 
                 async def adopted(n: int = kill, old: int = agent.pid) -> bool:
                     log = node.agent.log_text()
-                    # What a timeout reports: how far the new agent got, and its last words.
                     assert log.count(ADOPTED) >= n and log.count(READY_LINE) >= n + 1, (
                         f"{log.count(ADOPTED)} adoptions, {log.count(READY_LINE)} ready "
-                        f"lines; the log ends:\n{log[-2000:]}")
+                        f"lines; {_diagnosis(log, imex, node, uid)}")
                     return _agent(keeper).pid != old
 
                 await eventually(adopted, f"agent {kill} adopted nvidia-imex and is ready")
                 assert _imex_pids(keeper) == [imex], f"after kill {kill}"
                 # Kill again only once the kubelet's liveness probe has passed since: the
-                # sim probes every second (a cluster every 10 s), and three misses in a row
-                # would restart the container, which ends nvidia-imex by design.
+                # sim probes every second (a cluster every 10 s), and 30 s of misses in a
+                # row would restart the container, which ends nvidia-imex by design.
                 container = node.agent.container()
                 assert container is not None
                 passed = container.probe_passes.get("liveness", 0)

@@ -70,10 +70,14 @@ async def ready(
 
 
 async def delete_until_clean(
-    cluster: SimCluster, objects: Sequence[Obj], uids: Sequence[str], timeout: float = 60
+    cluster: SimCluster, objects: Sequence[Obj], uids: Sequence[str], timeout: float = 120
 ) -> None:
+    """Delete `objects`, then wait until nothing of the domains `uids` is left; fails
+    naming what is. The ceiling is for a loaded machine (CI: a restarted agent coming back
+    while another cluster runs beside); a clean delete returns as soon as it is clean."""
     await delete_objects(cluster.admin, objects)
-    assert await wait_clean(cluster, uids, [NAMESPACE], timeout) == []
+    left = await wait_clean(cluster, uids, [NAMESPACE], timeout)
+    assert left == [], f"left {timeout:.0f} s after the delete: {left}"
 
 
 async def eventually(

@@ -200,7 +200,8 @@ def test_prepare_errors_as_kubelet_reports_them(start_agent, cluster):
         with pytest.raises(DraError) as err:
             await client.prepare(plugin, [channel])
         assert str(err.value).startswith(
-            "NodePrepareResources failed for ResourceClaim wl: not ready yet, kubelet will retry"
+            f"NodePrepareResources failed for ResourceClaim wl: error preparing devices for "
+            f"claim 'default/wl:{channel.uid}': not ready yet, kubelet will retry"
         )
         assert time.monotonic() - start < 10
 

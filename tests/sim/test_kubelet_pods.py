@@ -287,7 +287,8 @@ def test_daemon_container_runs_with_env_probes_restarts_and_stops(k8s, cluster, 
         },
         "livenessProbe": {
             "exec": {"command": ["sh", "-c", 'test ! -e "$OUT/die"']},
-            "periodSeconds": 10,
+            # Probed every 0.1 s (the cap), restarted after the probe's own window of 1 s.
+            "periodSeconds": 1,
             "failureThreshold": 1,
         },
     }
@@ -434,3 +435,31 @@ def test_daemon_that_exits_is_restarted_and_the_pod_stays_running(k8s, cluster, 
             await kubelet.stop()
 
     asyncio.run(main())
+
+
+def test_an_event_the_api_server_cannot_take_is_dropped_not_raised(tmp_path, caplog) -> None:
+    """With the API server down (connections refused) the kubelet's Events are lost, as
+    the real kubelet's broadcaster drops them, and nothing that records one fails: a
+    container's start used to die here, so a restarting kube-apiserver left pods that
+    never ran (CI: the 20-node bring-up through API faults)."""
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = client.Configuration()
+    config.host = f"http://127.0.0.1:{port}"
+    kubelet = SimKubelet(client.ApiClient(config), NODE, registry_dir=tmp_path / "registry",
+                         cdi_dirs=[tmp_path / "cdi"], pods_dir=tmp_path / "pods",
+                         pod_ip=POD_IP)
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}}
+
+    async def main() -> None:
+        await kubelet.record_event(pod, "Started", "Container started", kind="Normal")
+        kubelet.post_event(pod, "Pulled", "already present", kind="Normal")
+        await asyncio.gather(*kubelet._events)
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(main())
+    lost = [r.getMessage() for r in caplog.records if "not recorded" in r.getMessage()]
+    assert len(lost) == 2 and "event Started on default/p not recorded" in lost[0], lost

@@ -81,3 +81,42 @@ def test_a_stopping_container_is_not_probed(tmp_path: Path) -> None:
     container.stopping = True
     assert asyncio.run(container._run_probe(probe, "startup")) is False
     assert kubelet.executor.calls == 0
+
+
+def test_a_capped_period_keeps_the_restart_window_of_startup_and_liveness() -> None:
+    """The simulated cluster probes at most every second (the cap); a liveness probe of
+    10 s x 3 still restarts only after 30 failures, as after 30 s on a cluster, so an agent
+    that takes 5 s to come back on a loaded machine is not restarted by the sim alone."""
+    liveness = {"periodSeconds": 10, "failureThreshold": 3}
+    assert Container._failure_threshold(liveness, "liveness", 1.0) == 30
+    assert Container._failure_threshold(liveness, "liveness", 10.0) == 3  # not capped
+    startup = {"periodSeconds": 1, "failureThreshold": 1200}
+    assert Container._failure_threshold(startup, "startup", 1.0) == 1200
+    assert Container._failure_threshold({"periodSeconds": 60, "failureThreshold": 20},
+                                        "liveness", 1.0) == 1200
+    assert Container._failure_threshold({}, "liveness", 1.0) == 30  # kubelet's defaults
+    # Readiness only flips Ready: it stays as quick as the cap makes it.
+    assert Container._failure_threshold(liveness, "readiness", 1.0) == 3
+
+
+def test_the_window_is_what_restarts_the_container(tmp_path: Path) -> None:
+    """Counted, not timed: a liveness probe of 0.01 s x 2 probed every 0.001 s fails 20
+    times before the container is restarted."""
+    kubelet = Kubelet(probe_period_cap=0.001)
+    kubelet.executor.after = 10**6  # the process never exits by itself
+    probe = {"exec": {"command": ["check"]}, "periodSeconds": 0.01, "failureThreshold": 2}
+    container = _container(tmp_path, kubelet, probe)
+    signals: list[int] = []
+
+    async def record(sig: int) -> None:
+        signals.append(sig)
+
+    container.signal = record  # type: ignore[method-assign]
+
+    async def body() -> bool:
+        async with asyncio.timeout(60):  # a guard against a hang, not a timing assertion
+            return await container._run_probe(probe, "liveness")
+
+    assert asyncio.run(body()) is False
+    assert kubelet.executor.calls == 20
+    assert signals == [15, 9]

@@ -6,6 +6,8 @@ import argparse
 import io
 import itertools
 import logging
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -89,14 +91,27 @@ def test_v_n_is_shown_exactly_from_verbosity_n(verbosity, logger):
     assert all(v_of(v_level(n)) == n for n in range(10))
 
 
-def test_text_keeps_the_layout_and_names_the_v_levels(logger):
+def test_text_is_klogs_layout_header_and_all(logger):
+    """What admins of the reference grep: klog's header (severity letter, mmdd, time with
+    microseconds, pid, file:line), `^(E|W)[0-9]{4}` finding warnings and errors only."""
     out = io.StringIO()
     configure_logging(2, "text", out, logger=logger)
     logger.info("hello %s", "world")
     vlog(logger, 2, "detail")
-    first, second = out.getvalue().splitlines()
-    assert first.endswith(f" INFO {logger.name}: hello world")
-    assert second.endswith(f" V2 {logger.name}: detail")
+    logger.warning("careful")
+    logger.error("broken")
+    try:
+        raise ValueError("bad value")
+    except ValueError:
+        logger.exception("failed")
+    lines = out.getvalue().splitlines()
+    header = r"\d{4} \d{2}:\d{2}:\d{2}\.\d{6} +" + str(os.getpid()) + r" test_logsetup\.py:\d+\] "
+    for line, (severity, message) in zip(lines, [("I", "hello world"), ("I", "detail"),
+                                                 ("W", "careful"), ("E", "broken"),
+                                                 ("E", "failed")], strict=False):
+        assert re.fullmatch(severity + header + re.escape(message), line), line
+    assert [ln for ln in lines if re.match(r"^(E|W)[0-9]{4}", ln)] == lines[2:5]
+    assert lines[5] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad value"
 
 
 def test_json_lines_are_klog_like(logger):
