@@ -37,6 +37,7 @@ from controller.config import ControllerConfig
 from controller.events import EventRecorder
 from runtime.draclient import DraApi
 from runtime.kubecall import call
+from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 CONDITION = "Reconciled"
@@ -96,8 +97,11 @@ class Reconciler:
     def referenced_uids(self) -> set[str]:
         """Every CD UID some generated object or label still refers to (for cleanup)."""
         uids = set(self._caches.cds.items)
-        for typed in (self._templates, self._daemonsets, self._pods, self._node_objects,
-                      self._cliques):
+        for kind, typed in (("ResourceClaimTemplate", self._templates),
+                            ("DaemonSet", self._daemonsets), ("Pod", self._pods),
+                            ("Node", self._node_objects), ("ComputeDomainClique", self._cliques)):
+            # The reference controller's words for each periodic sweep (its cleanup.go).
+            vlog(log, 6, "Cleanup: perform for %s objects", kind)
             uids |= {u for o in typed.values() if (u := o.label(names.LABEL_COMPUTE_DOMAIN))}
         return uids
 
@@ -109,6 +113,9 @@ class Reconciler:
             self._status_written.pop(uid, None)
             await self._cleanup_stale(uid)
             return
+        # The reference controller's words (its computedomain.go), which its tests grep.
+        vlog(log, 2, "Processing added or updated ComputeDomain: %s/%s/%s", cd.namespace,
+             cd.name, uid)
         try:
             if cd.deleting:
                 await self._delete(cd)
@@ -248,6 +255,8 @@ class Reconciler:
                        names.VERSION, cd.namespace, names.PLURAL_COMPUTE_DOMAINS, cd.name, new)
             self._count(cd.uid)
             self._status_written[cd.uid] = asyncio.get_running_loop().time()
+            vlog(log, 4, "CDStatusSync: updated ComputeDomain %s/%s: total nodes=%d",
+                 cd.namespace, cd.name, len(body.get("nodes") or []))
         except ApiException as err:
             if err.status in (404, 409):  # a newer copy is on its way through the watch
                 where = f"{cd.namespace}/{cd.name}"
@@ -324,11 +333,19 @@ class Reconciler:
                                kept: list[dict[str, Any]] | None) -> None:
         if kept is None:
             return
+        kept_nodes = {d.get("nodeName") for d in kept}
+        removed = [d.node_name for d in clique.daemons or () if d.node_name not in kept_nodes]
+        where = f"{clique.namespace}/{clique.name}"
+        # The reference controller's words (its cdstatus.go); the nodes as Go prints a slice.
+        log.info("CliqueCleanup: removing stale daemon entries from clique %s: [%s]", where,
+                 " ".join(str(n) for n in removed))
         body = clique.as_read(without=frozenset({"daemons"})) | {"daemons": kept}
         try:
             await call(self._custom.replace_namespaced_custom_object, names.GROUP,
                        names.VERSION, clique.namespace, names.PLURAL_CLIQUES, clique.name, body)
             self._count(uid)
+            log.info("CliqueCleanup: successfully removed %d stale daemon entries from clique "
+                     "%s", len(removed), where)
         except ApiException as err:
             if err.status not in (404, 409):
                 raise

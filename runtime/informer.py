@@ -18,6 +18,8 @@ from typing import Any
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from runtime.logsetup import vlog
+
 log = logging.getLogger(__name__)
 
 # A watch lasts this long times a random factor in [1, 2) before the server ends it (and
@@ -136,10 +138,16 @@ class Informer:
         while not self._done():
             try:
                 if rv is None:
+                    # client-go's reflector says these (V3, then V2): admins of the
+                    # reference read them to see a cache fill.
+                    vlog(log, 3, '"Listing and watching" type="%s" reflector="%s"',
+                         self.name, __name__)
                     listing = self._to_dict(self._list_fn(**self._kwargs, _request_timeout=30))
                     self._post(self._replace, [self._convert(self._to_dict(o))
                                                for o in listing.get("items") or []])
                     rv = str(listing["metadata"]["resourceVersion"])
+                    vlog(log, 2, '"Caches populated" type="%s" reflector="%s"', self.name,
+                         __name__)
                 started = time.monotonic()
                 rv = self._watch_from(rv)
                 if time.monotonic() - started < 1.0:

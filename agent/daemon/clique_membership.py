@@ -270,7 +270,10 @@ class CliqueMembership(OptimisticWriter):
         obj = await self._read()
         for _ in range(MAX_ATTEMPTS):
             if obj is None:
-                obj = await self._create_or_lost(self._created_with_us) or await self._read()
+                created = await self._create_or_lost(self._created_with_us)
+                if created is not None:
+                    log.info("Successfully created CDClique '%s'", self.name)
+                obj = created or await self._read()
                 continue
             self._check_ours(obj)
             try:
@@ -280,6 +283,9 @@ class CliqueMembership(OptimisticWriter):
                 raise
             if ops == []:
                 break
+            if self._position(_daemons_of(obj)) is None:
+                log.info("CDClique does not contain node name '%s' yet, try to insert myself: "
+                         "%s", self.node_name, self._go_value(None))
             if ops is None:
                 obj = await self._mutate(self._join_mutation(ip), create=True)
                 continue
@@ -292,15 +298,20 @@ class CliqueMembership(OptimisticWriter):
         entry = self._own(_daemons_of(obj))
         assert entry is not None
         self.index = entry_index(entry)
-        log.info(
-            "joined ComputeDomainClique %s/%s as index %d (node %s, IP %s)",
-            self.namespace,
-            self.name,
-            self.index,
-            self.node_name,
-            ip,
-        )
+        # The reference daemon's words (cdclique.go); supervisor.py logs the index we got.
+        log.info("Successfully inserted/updated daemon info in CDClique %s (myDaemon: %s)",
+                 self.name, self._go_value(entry))
         return self.index
+
+    def _go_value(self, entry: Obj | None) -> str:
+        """Our entry as the reference prints its ComputeDomainDaemonInfo with Go's `%v`
+        (`&{nodeName ipAddress cliqueID index status}`); None: the one about to be inserted,
+        before it has an IP or index."""
+        if entry is None:
+            return f"&{{{self.node_name}  {self.clique_id} 0 {names.STATUS_NOT_READY}}}"
+        return (f"&{{{entry.get('nodeName', '')} {entry.get('ipAddress', '')} "
+                f"{entry.get('cliqueID', '')} {entry_index(entry)} "
+                f"{entry.get('status', names.STATUS_NOT_READY)}}}")
 
     def _created_with_us(self, obj: Obj | None) -> Obj | None:
         assert obj is not None and self.ip is not None
@@ -359,6 +370,8 @@ class CliqueMembership(OptimisticWriter):
             ops = [*self._guard(position, ip if isinstance(ip, str) else None),
                    {"op": "add", "path": f"/daemons/{position}/status", "value": want}]
             if await self._apply_ops(ops) is not None:
+                log.info("Successfully updated daemon info status in CDClique (new status: %s)",
+                         want)
                 return
             obj = await self._read()
         raise MembershipError(f"gave up after {MAX_ATTEMPTS} conflicting writes")

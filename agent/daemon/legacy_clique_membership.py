@@ -241,7 +241,7 @@ class LegacyMembership(OptimisticWriter):
                     return False
                 want = num_nodes if num_nodes is not None else _num_nodes(obj)
                 have = len(_entries(obj))
-                log.debug("numNodes: %s, nodes seen: %s", want, have)
+                log.info("numNodes: %s, nodes seen: %s", want, have)  # at info, as the reference
                 return have >= want
 
             if not await informer.wait_for(enough, timeout if timeout is not None else 1e9):

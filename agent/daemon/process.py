@@ -412,13 +412,13 @@ class ImexProcess:
         await self._drain(child)
         self.last_exit = code
         ran = time.monotonic() - child.started
-        if code == 0:
-            log.info("Child pid %d exited with code 0 after %.1fs", child.pid, ran)
-        else:
-            log.warning("Child pid %d exited with code %d after %.1fs", child.pid, code, ran)
+        # The reference daemon's words (its process.go), then which child and how long it ran.
+        (log.info if code == 0 else log.warning)(
+            "Child exited with code %d (%s pid %d, after %.1fs)", code, self.log_prefix,
+            child.pid, ran)
         if child.stopping or not self._wanted or self._child is not child:
             return
-        log.warning("Watchdog: %s terminated unexpectedly", self.log_prefix)
+        log.warning("Watchdog: child terminated unexpectedly (%s)", self.log_prefix)
         self._schedule_restart(ran)
         if self.on_crash is not None:
             try:

@@ -198,6 +198,7 @@ class ImexSupervisor:
             first_interval=0.1 if self._on_readiness is not None else None,
         )
         loop = asyncio.get_running_loop()
+        vlog(log, 1, "Wait for updated ComputeDomainDaemonInfo list")
         self._tasks = [
             loop.create_task(self.membership.watch(self._on_peers)),
             loop.create_task(poller.run()),
@@ -266,6 +267,11 @@ class ImexSupervisor:
     # --- reacting to the clique ------------------------------------------------------
 
     async def _on_peers(self, daemons: list[dict[str, Any]]) -> None:
+        await self._follow_peers(daemons)
+        # The reference daemon's words at each wait for the next list (its main.go).
+        vlog(log, 1, "Wait for updated ComputeDomainDaemonInfo list")
+
+    async def _follow_peers(self, daemons: list[dict[str, Any]]) -> None:
         ident = self.identity
         mine = _usable([d for d in daemons if d.get("cliqueID") == ident.clique_id])
         own = next(
