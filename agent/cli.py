@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -20,7 +21,9 @@ from typing import TYPE_CHECKING, TextIO
 
 from api import names
 from api.validation_error import ValidationError
+from api.version import __version__
 from runtime.cli import Subcommands, env_option, parse_duration, run_program
+from runtime.startupdump import log_startup
 
 if TYPE_CHECKING:
     from agent.daemon.process import ImexLauncher
@@ -154,6 +157,7 @@ async def run_daemon(
     except (IdentityError, ValidationError) as error:
         print(f"Error: {error}", file=err)
         return 1
+    log_startup(logging.getLogger(__name__), __version__, gates, args)
     paths = SupervisorPaths(imexd_dir=args.imexd_dir, hosts_file=args.hosts_file,
                             imex_binary=args.imex, imex_ctl_binary=args.imex_ctl)
     try:
@@ -246,6 +250,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
     except ValidationError as err:
         print(f"{PROG} plugin: {err}", file=sys.stderr)
         return 1
+    log_startup(logging.getLogger(__name__), __version__, config.gates, args)
     _freeze_long_lived_objects()
     return asyncio.run(run(config))
 

@@ -84,6 +84,7 @@ class ControllerApp:
         cfg = self.config
         self.queue = KeyedQueue(self._reconcile, workers=cfg.workers, base_delay=0.2,
                                 max_delay=30.0, on_result=self._observe, name="computedomains")
+        log.info("controller manager config: %s", cfg.manager_config())
         dra = await discover(self.api, cfg.resource_api_version)
         log.info("speaking %s", dra.api_version)
         self.caches = Caches(self.api, dra, driver_managed=not cfg.host_managed,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Sequence
 
 from api.validation_error import ValidationError
-from api.version import version_line
+from api.version import __version__, version_line
+from runtime.startupdump import log_startup
 
 PROG = "compute-domain-controller"
 
@@ -44,6 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValidationError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 1
+    log_startup(logging.getLogger(PROG), __version__, config.gates, args)
     return asyncio.run(run_main(config))
 
 

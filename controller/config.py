@@ -78,6 +78,20 @@ class ControllerConfig:
         """The driver namespace first, then additional ones, without duplicates."""
         return tuple(dict.fromkeys((self.namespace, *self.additional_namespaces)))
 
+    def manager_config(self) -> str:
+        """The reference's `controller manager config: %+v` of its ManagerConfig (its
+        controller.go), from our settings: what admins read for the effective limits."""
+        def slice_of(items: tuple[str, ...]) -> str:
+            return "[" + " ".join(items) + "]"
+
+        imex = f"{{mode:{self.imex.effective_mode} isolation:{self.imex.isolation}}}"
+        return (f"&{{driverName:{names.DRIVER_NAME} driverNamespace:{self.namespace} "
+                f"imageName:{self.image} maxNodesPerIMEXDomain:{self.max_nodes_per_imex_domain} "
+                f"imexConfig:{imex} additionalNamespaces:{slice_of(self.additional_namespaces)} "
+                f"logVerbosityCDDaemon:{self.daemon_log_verbosity} "
+                f"httpEndpoint:{self.http_endpoint} metricsPath:{self.metrics_path} "
+                f"imagePullSecretNames:{slice_of(self.pull_secrets)}}}")
+
     def render_settings(self) -> RenderSettings:
         return RenderSettings(
             namespace=self.namespace, image=self.image,

@@ -147,7 +147,9 @@ class LeaderElector:
         """Acquire the lease, run `lead()` while renewing it; see the class docstring."""
         await self._acquire()
         self._is_leader = True
-        log.info("%s: became leader of lease %s/%s", self._identity, self._namespace, self._name)
+        # The reference controller's words (klog.InfoS in its main.go), then the lease.
+        log.info('"Became leader, starting controller" lockID="%s" lease="%s/%s"',
+                 self._identity, self._namespace, self._name)
         lead_task = asyncio.create_task(lead(), name=f"lead-{self._identity}")
         renew_task = asyncio.create_task(self._renew(), name=f"renew-{self._identity}")
         lost = False
@@ -164,7 +166,8 @@ class LeaderElector:
             if self._release_on_cancel:
                 await self._release()
         if lost:
-            log.warning("%s: lost leadership of lease %s", self._identity, self._name)
+            log.warning("Stopped leading, lockID: %s (lease %s/%s)", self._identity,
+                        self._namespace, self._name)
             if not lead_task.cancelled() and lead_task.exception() is not None:
                 log.error(
                     "%s: lead() failed while stopping",
@@ -316,7 +319,11 @@ class LeaderElector:
         holder = self._holder_of(lease)
         if holder != self._holder:
             self._holder = holder
-            log.info("lease %s/%s: holder is now %r", self._namespace, self._name, holder)
+            if holder and holder != self._identity:
+                log.info('"New leader elected" leader="%s" currentCandidate="%s" lease="%s/%s"',
+                         holder, self._identity, self._namespace, self._name)
+            else:
+                log.info("lease %s/%s: holder is now %r", self._namespace, self._name, holder)
             if self._on_change is not None:
                 try:
                     self._on_change(holder)

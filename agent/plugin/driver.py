@@ -253,7 +253,9 @@ class Driver:
         loop = asyncio.get_running_loop()
         delay = 0.05
         what = str(ref)
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 await step()
                 return ""
@@ -263,6 +265,7 @@ class Driver:
                           "claim '%s': %s", verb, ref.uid, verb, ref, err)
                 return str(err)
             except NotReadyError as err:
+                self._log_retry(verb, ref, err, attempt)
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     log.info("%s: still waiting at the end of this call: %s", what, err)
@@ -270,16 +273,23 @@ class Driver:
                 # A resync as safety net: re-check at least every 5 s even without events.
                 await self._cluster.wait_for_change(err.since, min(remaining, 5.0))
             except RetryableError as err:
+                self._log_retry(verb, ref, err, attempt)
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     log.warning("%s: giving up for this call: %s", what, err)
                     return f"{STILL_RETRYING}: {err}"
-                vlog(log, 1, "%s: %s (retrying)", what, err)
                 await asyncio.sleep(min(delay, remaining))
                 delay = min(delay * 2, 2.0)
             except Exception as err:  # a bug: say so to kubelet instead of hanging the RPC
                 log.exception("%s: unexpected failure", what)
                 return f"internal error in compute-domain-agent: {err!r}"
+
+    @staticmethod
+    def _log_retry(verb: str, ref: ClaimRef, err: Exception, attempt: int) -> None:
+        """The reference's line for each failed try of a claim (its pkg/workqueue), at info
+        as there: what its runbooks grep to see a Prepare that keeps waiting, and why."""
+        log.info("Reconcile: error %s devices for claim '%s': %s (attempt %d)", verb, ref, err,
+                 attempt)
 
     # --- checkpoint ----------------------------------------------------------------------
 
