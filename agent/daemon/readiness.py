@@ -229,12 +229,14 @@ async def check(
     """`check_main` on a running loop, printing to `out`/`err` (default stdout/stderr)."""
     out, err = out or sys.stdout, err or sys.stderr
     if not Path(config_path).is_file():
-        print(f"IMEX daemon check failed: config file {config_path} does not exist", file=out)
+        # "Error: " as the reference's CLI prints it: its probe Events start so.
+        print(f"Error: IMEX daemon check failed: config file {config_path} does not exist",
+              file=out)
         return 1
     state, detail = await probe(ctl, config_path, timeout=timeout, runner=runner)
     if state == READY:
         return 0
-    print(f"IMEX daemon not ready: {state}", file=out)
+    print(f"Error: IMEX daemon not ready: {state}", file=out)
     if detail:
         print(detail, file=err)
     return 1

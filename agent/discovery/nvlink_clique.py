@@ -60,16 +60,18 @@ def _strict_entry(gpu: Gpu, *, skip_unregistered: bool) -> FabricInfo | None:
                 state_name(fabric.state),
             )
             return None
+        # The reference's words (its nvlib.go), then the GPU's name and the state's.
         raise DiscoveryError(
-            f"NVLink fabric not attached ({gpu.describe()}): state={state_name(fabric.state)}, "
-            f"refusing to start; check that the NVLink fabric manager / NMX has registered "
-            f"this GPU (nvidia-smi -q, section Fabric) {_GATE_HINT}"
+            f"NVLink fabric not attached ({gpu.ref()}): state={int(fabric.state)}, refusing "
+            f"to start ({gpu.name}, {state_name(fabric.state)}); check that the NVLink fabric "
+            f"manager / NMX has registered this GPU (nvidia-smi -q, section Fabric) "
+            f"{_GATE_HINT}"
         )
     if fabric.status != NVML_SUCCESS:
         raise DiscoveryError(
-            f"NVLink fabric registration error ({gpu.describe()}): "
-            f"status={return_code_name(fabric.status)}, refusing to start; check the NVLink "
-            f"fabric manager / NMX logs for this GPU {_GATE_HINT}"
+            f"NVLink fabric registration error ({gpu.ref()}): status={int(fabric.status)}, "
+            f"refusing to start ({gpu.name}, {return_code_name(fabric.status)}); check the "
+            f"NVLink fabric manager / NMX logs for this GPU {_GATE_HINT}"
         )
     if fabric.zero_cluster:
         log.info("no-clique fallback: cluster UUID is zero (%s)", gpu.describe())
@@ -112,12 +114,8 @@ def clique_id_of(
             else _legacy_entry(gpu)
         )
         if entry is not None:
-            log.info(
-                "identified fabric clique UUID/ID (%s): %s/%d",
-                gpu.describe(),
-                entry.cluster_uuid_text,
-                entry.clique_id,
-            )
+            log.info("identified fabric clique UUID/ID (%s): %s/%d (%s)", gpu.ref(),
+                     entry.cluster_uuid_text, entry.clique_id, gpu.name)
             clusters.add(entry.cluster_uuid_text)
             cliques.add(entry.clique_id)
     if not clusters:

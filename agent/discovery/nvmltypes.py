@@ -162,7 +162,11 @@ class Gpu:
 
     def describe(self) -> str:
         """`device 1/GPU-... (NVIDIA GB200)` for messages."""
-        return f"device {self.index}/{self.uuid or '?'} ({self.name})"
+        return f"{self.ref()} ({self.name})"
+
+    def ref(self) -> str:
+        """`device 1/GPU-...`: how the reference names a GPU in its fabric lines."""
+        return f"device {self.index}/{self.uuid or '?'}"
 
 
 class NvmlSource(Protocol):

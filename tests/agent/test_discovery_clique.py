@@ -51,21 +51,22 @@ CASES = [
     (
         "state NOT_STARTED",
         [gpu(0, fab()), gpu(1, fab(state=NOT_STARTED))],
-        "!NVLink fabric not attached (device 1/GPU-1 (NVIDIA GB200)): state=NOT_STARTED, "
-        "refusing to start",
+        "!NVLink fabric not attached (device 1/GPU-1): state=1, refusing to start "
+        "(NVIDIA GB200, NOT_STARTED)",
         OK,
     ),
     (
         "state IN_PROGRESS",
         [gpu(0, fab(state=IN_PROGRESS))],
-        "!NVLink fabric not attached (device 0/GPU-0 (NVIDIA GB200)): state=IN_PROGRESS",
+        "!NVLink fabric not attached (device 0/GPU-0): state=2, refusing to start "
+        "(NVIDIA GB200, IN_PROGRESS)",
         "",
     ),
     (
         "status error",
         [gpu(0, fab(status=UNKNOWN))],
-        "!NVLink fabric registration error (device 0/GPU-0 (NVIDIA GB200)): "
-        "status=NVML_ERROR_UNKNOWN, refusing to start",
+        "!NVLink fabric registration error (device 0/GPU-0): status=999, refusing to start "
+        "(NVIDIA GB200, NVML_ERROR_UNKNOWN)",
         "",
     ),
     (

@@ -129,14 +129,14 @@ def test_never_ready(imex, capsys):
     seen = run(states_until(imex, "WAITING_FOR_RECOVERY"))
     assert "READY" not in seen
     assert check_main(imex.ctl, str(imex.config)) == 1
-    assert capsys.readouterr().out == "IMEX daemon not ready: WAITING_FOR_RECOVERY\n"
+    assert capsys.readouterr().out == "Error: IMEX daemon not ready: WAITING_FOR_RECOVERY\n"
 
 
 def test_not_running_is_unavailable(imex, capsys):
     assert run(query_state(imex.ctl, str(imex.config))) == "UNAVAILABLE"
     assert check_main(imex.ctl, str(imex.config)) == 1
     captured = capsys.readouterr()
-    assert captured.out == "IMEX daemon not ready: UNAVAILABLE\n"
+    assert captured.out == "Error: IMEX daemon not ready: UNAVAILABLE\n"
     assert "cannot connect" in captured.err
 
 
@@ -147,7 +147,7 @@ def test_missing_tool_or_config(imex, tmp_path, capsys):
     assert run(query_state(imex.ctl, missing_cfg)) == "UNAVAILABLE"
     assert check_main(imex.ctl, missing_cfg) == 1
     assert capsys.readouterr().out == (
-        f"IMEX daemon check failed: config file {missing_cfg} does not exist\n"
+        f"Error: IMEX daemon check failed: config file {missing_cfg} does not exist\n"
     )
 
 

@@ -133,10 +133,13 @@ def test_a_workload_logs_what_the_reference_logs(up: Up) -> None:
     cd_uid = up.ok("get", "computedomain", "imex-channel-injection", "-o",
                    "jsonpath={.metadata.uid}")
     controller = said(up, ("ctl-processing-cd", "ctl-cd-status-updated", "ctl-caches-populated",
-                           "ctl-listing-and-watching", "ctl-cleanup-perform"), "-l", CONTROLLER)
+                           "ctl-listing-and-watching", "ctl-cleanup-perform",
+                           "ctl-round-trippers-response"), "-l", CONTROLLER)
     assert any(m["uid"] == cd_uid and m["name"] == "imex-channel-injection"
                for m in controller["ctl-processing-cd"])
-    daemons = said(up, ("d-clique-inserted", "d-status-updated", "d-wait-for-update"),
+    assert any(m["verb"] == "GET" for m in controller["ctl-round-trippers-response"])
+    daemons = said(up, ("d-clique-inserted", "d-status-updated", "d-wait-for-update",
+                        "d-round-trippers"),
                    "-l", f"resource.nvidia.com/computeDomain={cd_uid}")
     assert {m["status"] for m in daemons["d-status-updated"]} >= {"Ready"}
     assert all(m["clique"].startswith(f"{cd_uid}.") for m in daemons["d-clique-inserted"])
@@ -192,7 +195,12 @@ def test_the_startup_config_as_the_reference_logs_it(up: Up) -> None:
     for entry_id in ("ctl-startup-config", "ctl-manager-config"):
         assert found(entry_id, [controller]) or found(entry_id, messages(controller)), entry_id
     plugins = up.ok("logs", "-n", NS, "-l", PLUGINS, "-c", "compute-domains", "--tail=-1")
-    for words in ("Verbosity", "nodeName"):
+    for words in ("Verbosity", "nodeName", "identified fabric clique",
+                  "driver version validation"):
         assert words in plugins, words
+    lines = messages(plugins)
+    for entry_id in ("kp-identified-fabric-clique", "kp-driver-version-validation-start",
+                     "kp-driver-version-validation-passed"):
+        assert found(entry_id, lines), entry_id
     [record, *_] = found("kp-startup-config", [plugins])
     assert "klogVerbosity: (int) 6," in record["flags"], record["flags"]
