@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, TextIO
 from api import names
 from api.validation_error import ValidationError
 from api.version import __version__
+from runtime import stackdump
 from runtime.cli import Subcommands, env_option, parse_duration, run_program
 from runtime.startupdump import log_startup
 
@@ -123,6 +124,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        stackdump.install(loop)
         return await run_daemon(args, os.environ, stop)
 
     return asyncio.run(main())

@@ -30,7 +30,7 @@ from controller.events import EventRecorder
 from controller.leader import LeaderElector
 from controller.reconcile import Reconciler, RetryError
 from controller.workqueue import KeyedQueue
-from runtime import kubecall
+from runtime import kubecall, stackdump
 from runtime.draclient import ResourceApiError, discover
 
 log = logging.getLogger(__name__)
@@ -207,6 +207,7 @@ async def main(config: ControllerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    stackdump.install(loop)
     started = time.monotonic()
     try:
         code = await ControllerApp(config).run(stop)

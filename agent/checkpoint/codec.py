@@ -13,6 +13,9 @@ Every failure is a `CheckpointCorruptError`; nothing is ever silently reset.
 
 from __future__ import annotations
 
+import difflib
+import json
+import logging
 from typing import Any
 
 from agent.checkpoint import godecode as go
@@ -27,6 +30,8 @@ from agent.checkpoint.model import (
     PreparedGroup,
 )
 from api import names
+
+log = logging.getLogger(__name__)
 
 _KINDS = (names.DEVICE_TYPE_CHANNEL, names.DEVICE_TYPE_DAEMON)
 
@@ -126,11 +131,17 @@ def _decode(data: bytes) -> Checkpoint:
             raise CheckpointCorruptError(f"not a checkpoint: {err}") from None
         _verify(old, "25.3-RC2 checkpoint")
         return _from_legacy(old)
-    _verify({"checksum": top["checksum"], **({"v1": top["v1"]} if "v1" in top else {})}, "v1")
+    try:
+        _verify({"checksum": top["checksum"], **({"v1": top["v1"]} if "v1" in top else {})},
+                "v1")
+        if "v2" in top:
+            _verify(top["v2"], "v2")
+    except _ChecksumMismatchError:
+        _log_diff(data, top)
+        raise
     if "v2" not in top:
         _refuse_damaged_v2(raw)
     if "v2" in top:
-        _verify(top["v2"], "v2")
         return _from_v2(top["v2"])
     if "v1" in top:
         return _from_v1(top["v1"])
@@ -203,11 +214,33 @@ def _refuse_damaged_v2(raw: Any) -> None:
         )
 
 
+class _ChecksumMismatchError(CheckpointCorruptError):
+    pass
+
+
+def _log_diff(data: bytes, remarshaled: dict[str, Any]) -> None:
+    """The reference's diagnostic for a checksum mismatch (its device_state.go,
+    logCheckpointDiff), which its upgrade guide asks users to attach to bug reports: the
+    on-disk JSON against what this binary re-marshals from it, both indented, as a unified
+    diff. A field this version does not know shows up as a removed line."""
+    try:
+        ondisk = json.dumps(json.loads(data), indent=2).splitlines(keepends=True)
+        ours = json.dumps(json.loads(gojson.dumps(remarshaled)), indent=2).splitlines(
+            keepends=True)
+    except ValueError as err:
+        log.error("checkpoint failed checksum verification; diagnostic dump unavailable (%s)",
+                  err)
+        return
+    diff = "".join(difflib.unified_diff(ondisk, ours, "on-disk", "re-marshaled", n=3))
+    log.error("checkpoint failed checksum verification; unified diff (on-disk vs re-marshaled "
+              "by current binary):\n%s", diff)
+
+
 def _verify(shape: dict[str, Any], what: str) -> None:
     recorded = shape["checksum"]
     computed = checksum(gojson.dumps({**shape, "checksum": 0}))
     if recorded != computed:
-        raise CheckpointCorruptError(
+        raise _ChecksumMismatchError(
             f"{what} checksum mismatch: recorded {recorded}, content hashes to {computed}"
         )
 

@@ -57,7 +57,7 @@ from api import featuregates, names
 from api.objects import K8sObject, ParsedCache
 from api.version import version_line
 from cdi.atomic import make_dirs
-from runtime import kubecall
+from runtime import kubecall, stackdump
 from runtime.draclient import DraApi, ResourceApiError, discover
 from runtime.events import EventRecorder
 
@@ -379,6 +379,7 @@ async def run(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
             loop.add_signal_handler(sig, stop.set)
+        stackdump.install(loop)
     # Cleanup in `finally`: an in-process agent that does not stop within the kubelet's
     # grace period is cancelled (sim/cluster/inprocess.py), often still starting, and its
     # listening sockets must close with it, or the next instance cannot bind its ports.

@@ -567,3 +567,23 @@ def test_every_single_bit_flip_of_a_real_file_is_detected_or_harmless():
         # does not cover v2: a weakness of the reference format, kept for compatibility).
         assert cp in (EXPECTED, v1_view), index
     assert survivors, "expected at least the case-flip survivors"
+
+
+def test_a_checksum_mismatch_logs_the_references_diff(caplog):
+    """A newer binary's field this one does not know: the file's checksum covers it, ours
+    re-marshals without it, and the error log shows the field as the unified diff the
+    reference's upgrade guide asks for (tests/data/reference-wording.yaml kp-checkpoint-diff)."""
+    body = '"nodeBootID":"' + BOOT + '","futureField":7'
+    with pytest.raises(CheckpointCorruptError, match="checksum mismatch"):
+        decode(file_text(body))
+    [record] = [r for r in caplog.records if "unified diff" in r.getMessage()]
+    assert record.levelname == "ERROR"
+    head, diff = record.getMessage().split("\n", 1)
+    assert head == ("checkpoint failed checksum verification; unified diff (on-disk vs "
+                    "re-marshaled by current binary):")
+    assert diff.startswith("--- on-disk\n+++ re-marshaled\n"), diff
+    assert '-    "futureField": 7' in diff.splitlines(), diff
+    # An intact file logs nothing of the kind.
+    caplog.clear()
+    decode(file_text('"nodeBootID":"' + BOOT + '"'))
+    assert not [r for r in caplog.records if "unified diff" in r.getMessage()]

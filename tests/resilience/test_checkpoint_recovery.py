@@ -86,7 +86,13 @@ def test_a_damaged_checkpoint_stops_the_agent_with_the_way_out(prepared, damage)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
     # The error line, found as an admin of the reference finds one: klog's E header.
-    [line] = [ln for ln in out.stderr.splitlines() if re.match(r"E\d{4} ", ln)]
+    errors = [ln for ln in out.stderr.splitlines() if re.match(r"E\d{4} ", ln)]
+    *diff, line = errors
+    if damage == "flipped-value":  # parses, but its checksum disagrees: the diff first
+        [head] = diff
+        assert "checkpoint failed checksum verification; unified diff" in head, errors
+    else:
+        assert diff == [], errors
     assert f"checkpoint is corrupted ({path}): " in line
     assert "restore it from backup" in line
     assert "if no workload pods run on this node, move it aside and restart" in line
