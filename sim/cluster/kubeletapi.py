@@ -215,27 +215,45 @@ class KubeletServer:
         sent: int,
     ) -> None:
         """Stream what the container appends until its run ends (a restart starts a new
-        log file), the pod ends or the client goes."""
+        log file), the pod ends or the client goes. The file stays open while followed:
+        what a stopping container writes last (a daemon's removal from its clique) is sent
+        even when the kubelet removes the pod's directory as soon as it exited."""
         offset, inode = start
-        while pod.alive() and not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_FOLLOW_POLL):
-                    await self._stopping.wait()
-            chunk = _read(path, offset)
-            if not chunk:
-                if _inode(path) != inode:
+        while inode == 0 and pod.alive() and not self._stopping.is_set():
+            # Not written yet (the container has not started): wait for its first run.
+            await self._pause()
+            inode, offset = _inode(path), 0
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            return
+        with handle:
+            if os.fstat(handle.fileno()).st_ino != inode:
+                return  # replaced between the first read and now: that run is over
+            handle.seek(offset)
+            running = True
+            while running and not self._stopping.is_set():
+                # Checked before the read: what the run wrote before it ended is sent.
+                running = pod.alive() and _inode(path) == inode
+                if running:
+                    await self._pause()
+                chunk = handle.read()
+                if not chunk:
+                    continue
+                if limit is not None:
+                    chunk = chunk[: limit - sent]
+                try:
+                    await response.write(chunk)
+                except ConnectionError:
                     return
-                continue
-            offset += len(chunk)
-            if limit is not None:
-                chunk = chunk[: limit - sent]
-            try:
-                await response.write(chunk)
-            except ConnectionError:
-                return
-            sent += len(chunk)
-            if limit is not None and sent >= limit:
-                return
+                sent += len(chunk)
+                if limit is not None and sent >= limit:
+                    return
+
+    async def _pause(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_FOLLOW_POLL):
+                await self._stopping.wait()
 
 
 def _inode(path: Path) -> int:

@@ -120,8 +120,16 @@ class PodWorker:
         return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
 
     def alive(self) -> bool:
-        """Some container still runs or will run again (a log follow waits for it)."""
-        return not self.ending() and not self._finished
+        """Some container still runs or will run again (a log follow waits for it). A pod
+        being deleted is alive while a container still runs its graceful shutdown: the
+        kubelet's follow streams those last lines too (the reference's tests read a daemon's
+        `Successfully removed daemon ...` that way)."""
+        if self._finished:
+            return False
+        if not self.ending():
+            return True
+        return any(c.proc is not None and c.proc.returncode is None
+                   for c in self.all_containers())
 
     async def exec_in(
         self, container: str, argv: Sequence[str], stdin: bool

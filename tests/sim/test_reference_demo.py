@@ -11,6 +11,7 @@ generators, restart policies, crash loops, `kubectl logs --previous`, Jobs that 
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,3 +164,45 @@ def test_workload_pods_run_as_kubelet_runs_them(up: Up, tmp_path: Path) -> None:
     assert "CrashLoopBackOff" in up.ok("get", "pod", "crasher")
     assert up.ok("logs", "crasher", "--previous").strip() == "run"
     up.ok("delete", "-f", str(manifest), "--wait=true", "--timeout=60s")
+
+
+GRACEFUL = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: graceful}
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: c
+    image: busybox
+    command:
+    - python3
+    - -c
+    - |
+      import signal, sys, time
+      def bye(*_):
+          time.sleep(1)
+          print("said goodbye", flush=True)
+          sys.exit(0)
+      signal.signal(signal.SIGTERM, bye)
+      print("up", flush=True)
+      while True:
+          time.sleep(0.1)
+"""
+
+
+def test_a_followed_log_holds_what_a_deleted_pod_says_while_it_stops(up: Up) -> None:
+    """`kubectl logs -f` ends when the container exits, not when the deletion starts: the
+    reference's tests read a daemon's last line (its removal from the clique) this way."""
+    up.ok("apply", "-f", "-", stdin=GRACEFUL)
+    up.ok("wait", "--for=condition=Ready", "pod/graceful", "--timeout=60s")
+    up.logs_holding("graceful", ("up",))
+    follower = subprocess.Popen([str(up.kubectl), "--kubeconfig", str(up.kubeconfig), "logs",
+                                 "-f", "graceful"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout is not None and follower.stdout.readline() == "up\n"
+        up.ok("delete", "pod", "graceful", "--wait=true", "--timeout=60s")
+        rest, _ = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    assert rest.splitlines()[-1:] == ["said goodbye"], rest
