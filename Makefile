@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test e2e demo lint unit proto bench binary binaries bundle clean k8s helm manifests
+.PHONY: test e2e demo lint unit proto bench binary binaries bundle clean k8s helm manifests refsuite
 
 # The pinned upstream Kubernetes components (upstream/: one Go module, one binary that
 # dispatches to etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl),
@@ -73,6 +73,13 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Benchmarks (long; not part of `make test`): tables on stdout and in tests/bench/RESULTS.md.
+# The reference driver's own ComputeDomain bats tests against ours, in the simulated cluster
+# (tests/refsuite/run.py): REFERENCE is a checkout of the reference, which no registry here
+# serves; REFSUITE_ARGS e.g. `--control-plane kubernetes` or `--filter 'leader election'`.
+refsuite: $(STAMP) k8s helm
+	@test -n "$(REFERENCE)" || { echo "usage: make refsuite REFERENCE=<a checkout of https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu>" >&2; exit 2; }
+	$(PY) tests/refsuite/run.py --reference "$(REFERENCE)" $(REFSUITE_ARGS)
+
 bench: $(STAMP) k8s helm
 	$(PY) tests/bench/bench_apiserver.py
 	$(PY) tests/bench/bench_controller.py

@@ -222,6 +222,8 @@ def make_formatter(fmt: str) -> logging.Formatter:
 
 
 _HANDLER_MARK = "_compute_domain_logsetup"
+LIBRARY_LOGGERS = ("urllib3", "pyroute2", "asyncio", "grpc", "kubernetes", "aiohttp")
+LIBRARY_DEBUG_V = 9
 
 
 def configure_logging(
@@ -247,4 +249,11 @@ def configure_logging(
         old.close()
     target.addHandler(handler)
     target.setLevel(threshold(verbosity))
+    if logger is None:
+        # Libraries' debug output (a netlink message per route lookup, urllib3's line per
+        # request beside our V6 `"Response"` one) only from V9 on, where klog's own
+        # libraries also say everything.
+        quiet = threshold(verbosity) if verbosity >= LIBRARY_DEBUG_V else logging.INFO
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(quiet)
     return handler

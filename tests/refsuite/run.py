@@ -45,16 +45,29 @@ KUBECTL = REPO / ".cache" / "k8s" / "v1.37.2" / "kubectl"
 HELM = REPO / ".cache" / "bin" / "helm"
 SIM = Path(sys.executable).parent / "compute-domain-sim"
 
-# The reference's ComputeDomain files this runs (the issue's three; the logging and failover
-# files need a second chart version from a remote repository or real nodes to reboot).
-FILES = ("test_cd_imex_chan_inject.bats", "test_cd_misc.bats", "test_cd_leader_election.bats")
+# The reference's ComputeDomain files this runs. Not run: test_cd_updowngrade.bats (installs the
+# reference's last release from registry.k8s.io), test_cd_failover.bats and
+# test_cd_mnnvl_workload.bats (reboot nodes, run CUDA nvbandwidth on real GPUs).
+FILES = ("test_cd_imex_chan_inject.bats", "test_cd_misc.bats", "test_cd_leader_election.bats",
+         "test_cd_logging.bats")
 
-# Tests that fail against us on purpose or for want of what the sim gives; each says why.
-KNOWN: dict[str, str] = {
+# Tests that fail against us on purpose or for want of what the sim gives: the assertion each
+# is known to fail at (a failure anywhere else is unexpected) and why.
+KNOWN: dict[str, tuple[str, str]] = {
     "CDs: self-initiated unprepare of stale RCs in PrepareStarted": (
+        "partially prepared claim not stale",
         "ours decodes a claim's opaque config before it records PrepareStarted, so a config "
         "error leaves no partially prepared claim behind for the start-up cleanup to find "
         "(the reference leaves one on every such error and cleans it up later)"),
+    "CDs: controller: test log verbosity levels": (
+        "'reflector.go'",
+        "greps Go source file names in klog's header (client-go's reflector.go, "
+        "round_trippers.go); ours logs the same messages at the same levels from its Python "
+        "files (informer.py, kubecall.py); every other assertion passes"),
+    "CDs: daemon: test log verbosity levels": (
+        "'round_trippers.go'",
+        "greps client-go's file name round_trippers.go in klog's header; ours logs the same "
+        "'\"Response\" verb=...' line at V6 from kubecall.py; every other assertion passes"),
 }
 
 SETUP_SUITE = """\
@@ -164,23 +177,38 @@ def run_bats(reference: Path, workdir: Path, kubeconfig: Path, files: list[str],
 
 
 def summarize(tap: str) -> tuple[list[tuple[str, str, str]], bool]:
-    """(rows of name, result, why) and whether every failure is a known one."""
+    """(rows of name, result, why) and whether every failure is a known one, failing at
+    its known assertion."""
     rows: list[tuple[str, str, str]] = []
-    ok = True
+    failures: dict[str, list[str]] = {}  # name -> its diagnostic lines
+    current: list[str] | None = None
     for line in tap.splitlines():
         match = re.match(r"^(not ok|ok) \d+ (.*?)(?: in \d+ms)?(?: # skip ?(.*))?$", line)
         if match is None:
+            if current is not None and line.startswith("#"):
+                current.append(line)
             continue
         status, name, skipped = match.groups()
+        current = None
         if skipped is not None:
             rows.append((name, "skipped", skipped))
         elif status == "ok":
             rows.append((name, "passed", ""))
         else:
-            why = KNOWN.get(name)
-            ok = ok and why is not None
-            rows.append((name, "FAILED" if why is None else "failed (known)", why or ""))
-    return rows, ok and bool(rows)
+            current = failures.setdefault(name, [])
+            rows.append((name, "FAILED", ""))
+    ok = bool(rows)
+    for i, (name, result, _) in enumerate(rows):
+        if result != "FAILED":
+            continue
+        assertion, why = KNOWN.get(name, ("", ""))
+        # The first diagnostic lines name the failed assertion (bats' `... failed`).
+        head = "\n".join(failures[name][:6])
+        if assertion and assertion in head:
+            rows[i] = (name, "failed (known)", why)
+        else:
+            ok = False
+    return rows, ok
 
 
 def main(argv: list[str] | None = None) -> int:

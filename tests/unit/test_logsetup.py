@@ -230,3 +230,18 @@ def test_a_process_logs_json_to_stderr():
     lines = [orjson.loads(line) for line in out.stderr.splitlines()]
     assert [(e["msg"], e["v"], e["logger"]) for e in lines] == [("hello", 0, "agent.x"),
                                                                ("one", 1, "agent.x")]
+
+
+@pytest.mark.parametrize(("verbosity", "shown"), [(6, False), (9, True)])
+def test_library_debug_only_from_v9(verbosity, shown):
+    """At -v 6 an admin reads our V6 lines, not a netlink or urllib3 line per request."""
+    script = ("import logging\nfrom runtime.logsetup import configure_logging, vlog\n"
+              f"configure_logging({verbosity})\n"
+              "logging.getLogger('urllib3.connectionpool').debug('library detail')\n"
+              "logging.getLogger('pyroute2.netlink').debug('netlink detail')\n"
+              "vlog(logging.getLogger('runtime.kubecall'), 6, 'ours')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert "ours" in out.stderr
+    assert ("library detail" in out.stderr) is shown, out.stderr
+    assert ("netlink detail" in out.stderr) is shown, out.stderr
