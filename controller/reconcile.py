@@ -35,13 +35,14 @@ from controller import render, status
 from controller.caches import Caches, TypedCache, cd_label
 from controller.config import ControllerConfig
 from controller.events import EventRecorder
+from controller.statuspacer import StatusPacer
 from runtime.draclient import DraApi
 from runtime.kubecall import call
 from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 CONDITION = "Reconciled"
-# At most one status write per ComputeDomain per this many seconds (Reconciler).
+# At most one write of a ComputeDomain's node entries per this many seconds (Reconciler).
 STATUS_INTERVAL_S = 1.0
 TEMPLATES = "resourceclaimtemplates"
 
@@ -64,11 +65,11 @@ class Reconciler:
                  requeue_after: Callable[[str, float], None] | None = None,
                  status_interval: float = STATUS_INTERVAL_S) -> None:
         """`requeue_after(uid, seconds)` runs a reconcile of `uid` later (the work queue's
-        add_after); with it, a domain's status is written at most once per
-        `status_interval`."""
+        add_after); with it, a domain's per-node status entries are written in batches at
+        most once per `status_interval` (statuspacer.py)."""
         self._requeue_after = requeue_after
         self._status_interval = status_interval
-        self._status_written: dict[str, float] = {}  # uid -> loop time of the last write
+        self._pacer = StatusPacer(status_interval if requeue_after is not None else 0.0)
         self._api = api
         self._cfg = config
         self._caches = caches
@@ -110,7 +111,7 @@ class Reconciler:
     async def reconcile(self, uid: str) -> None:
         cd = self._cds.get(uid)
         if cd is None:
-            self._status_written.pop(uid, None)
+            self._pacer.forget(uid)
             await self._cleanup_stale(uid)
             return
         # The reference controller's words (its computedomain.go), which its tests grep.
@@ -242,19 +243,28 @@ class Reconciler:
         conditions = _with_condition(current_conditions, cd.metadata.generation, blocked)
         if conditions:
             body["conditions"] = [c.as_read() for c in conditions]
-        unchanged = ((current.status if current is not None else None) == body["status"]
-                     and status.nodes_equal(cd.status_nodes, body.get("nodes") or [])
-                     and _conditions_equal(current_conditions, conditions))
-        if unchanged:
+        summary_same = ((current.status if current is not None else None) == body["status"]
+                        and _conditions_equal(current_conditions, conditions))
+        changed = status.nodes_changed(cd.status_nodes, body.get("nodes") or [])
+        if summary_same and not changed:
+            self._pacer.nothing_held(cd.uid)
             return
-        if blocked is None and self._status_deferred(cd.uid):
-            return
+        # Ready/NotReady and conditions are news at once; per-node entries are batched
+        # (statuspacer.py).
+        if summary_same and blocked is None and self._requeue_after is not None:
+            # The domain's size: what it will hold (numNodes) while it still fills up.
+            size = max(len(nodes), cd.num_nodes or 0)
+            wait = self._pacer.hold_for(cd.uid, asyncio.get_running_loop().time(), changed,
+                                        size)
+            if wait is not None:
+                self._requeue_after(cd.uid, wait)
+                return
         new = cd.as_read(without=frozenset({"status"})) | {"status": body}
         try:
             await call(self._custom.replace_namespaced_custom_object_status, names.GROUP,
                        names.VERSION, cd.namespace, names.PLURAL_COMPUTE_DOMAINS, cd.name, new)
             self._count(cd.uid)
-            self._status_written[cd.uid] = asyncio.get_running_loop().time()
+            self._pacer.wrote(cd.uid, asyncio.get_running_loop().time())
             vlog(log, 4, "CDStatusSync: updated ComputeDomain %s/%s: total nodes=%d",
                  cd.namespace, cd.name, len(body.get("nodes") or []))
         except ApiException as err:
@@ -262,21 +272,6 @@ class Reconciler:
                 where = f"{cd.namespace}/{cd.name}"
                 raise RetryError(f"status of {where}: {err.reason}") from None
             raise
-
-    def _status_deferred(self, uid: str) -> bool:
-        """True when this domain's status was written less than the interval ago: the write
-        is left to a reconcile queued for the end of the interval, which writes whatever
-        the caches hold then. While daemons join, every clique write changes the status;
-        written each time, that is about three rewrites per join of an object every agent
-        and `kubectl get -w` receives, and whose size grows with the domain."""
-        last = self._status_written.get(uid)
-        if last is None or self._requeue_after is None or self._status_interval <= 0:
-            return False
-        wait = last + self._status_interval - asyncio.get_running_loop().time()
-        if wait <= 0:
-            return False
-        self._requeue_after(uid, wait)
-        return True
 
     async def _report(self, cd: StoredComputeDomain, blocked: BlockedError) -> None:
         await self._events.warning(cd, blocked.reason, blocked.message)

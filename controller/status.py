@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
 from api import names
-from api.clique import ComputeDomainClique, ComputeDomainDaemonInfo
+from api.clique import ComputeDomainClique, ComputeDomainDaemonInfo, settled_indices
 from api.computedomain import ComputeDomainNode
 from api.objects import K8sObject
 from api.pod import Pod
@@ -131,12 +131,12 @@ def _unique_names(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _clique_entry(daemon: ComputeDomainDaemonInfo) -> dict[str, Any]:
+def _clique_entry(daemon: ComputeDomainDaemonInfo, index: int) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": daemon.node_name,
         "ipAddress": daemon.ip_address,
         "cliqueID": daemon.clique_id,
-        "index": daemon.index,
+        "index": index,
     }
     if daemon.status:  # omitempty, as the reference serializes it
         entry["status"] = daemon.status
@@ -148,12 +148,16 @@ def nodes_from_cliques(
 ) -> list[dict[str, Any]]:
     """`status.nodes` of one CD with the cliques gate on.
 
-    Every daemon of the CD's cliques, then the non-fabric daemon pods (which have no
-    clique). The reference's order is map order, i.e. random; ours is sorted so that
-    equal inputs give equal lists.
+    Every daemon of the CD's cliques, with the index it holds (api/clique.py
+    `settled_indices`: a daemon that appended at the same time as another writes its own
+    with its next write), then the non-fabric daemon pods (which have no clique). The
+    reference's order is map order, i.e. random; ours is sorted so that equal inputs give
+    equal lists.
     """
     from_cliques = sorted(
-        (_clique_entry(d) for c in cliques for d in c.daemons or () if d.node_name),
+        (_clique_entry(d, index) for c in cliques
+         for d, index in zip(c.daemons or (), settled_indices([d.index for d in c.daemons or ()]),
+                             strict=True) if d.node_name),
         key=lambda e: (e["cliqueID"], e["index"], e["name"]),
     )
     _, non_fabric = split_pods(daemon_pods)
@@ -211,6 +215,17 @@ def nodes_equal(
         return {(c := _comparable(n))[0]: c for n in nodes}
 
     return by_name(a) == by_name(b)
+
+
+def nodes_changed(
+    a: Iterable[ComputeDomainNode | Mapping[str, Any]],
+    b: Iterable[ComputeDomainNode | Mapping[str, Any]],
+) -> int:
+    """How many names `nodes_equal` finds different between two `status.nodes` lists:
+    added, removed, or with any field changed (0: equal)."""
+    old = {(c := _comparable(n))[0]: c for n in a}
+    new = {(c := _comparable(n))[0]: c for n in b}
+    return sum(1 for name in old.keys() | new.keys() if old.get(name) != new.get(name))
 
 
 # --- cliques ------------------------------------------------------------------------------

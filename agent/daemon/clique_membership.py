@@ -16,11 +16,13 @@ https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1107): at 72 nod
 before it) is a 422; we re-read and patch again.
 
 Two daemons appending at once may pick the same free index. The list order the server
-committed decides, the same for every observer: the entry earlier in the list keeps the
-index, the later one takes a free one (each loser of a round a different one). Should an
-earlier entry's new index meet a later one's, the later one yields when its watch shows it
-(supervisor.py joins again), so every clique settles with unique indices. Readers
-(supervisor.py) take the first entry of an index meanwhile.
+committed decides, the same for every reader (api/clique.py `settled_indices`): an entry
+keeps its index unless an earlier entry holds it, else it holds the smallest one no earlier
+entry holds. That depends only on the entries before it, so a daemon knows its index from
+the answer to its own append, starts IMEX with it, and writes it into its entry with its
+next write (the readiness flip): a contested join costs no write of its own, and a join
+costs two writes (append, Ready) however many daemons join at once and however loaded the
+machine is. A new joiner picks the smallest index the settled list leaves free.
 
 Decisions of our own (where the reference is silent or we chose differently):
 
@@ -44,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import zlib
 from collections.abc import Callable
 
 from kubernetes import client
@@ -61,6 +64,7 @@ from agent.daemon.membership_base import (
     smallest_free_index,
 )
 from api import names
+from api.clique import settled_indices
 from api.objects import K8sObject
 from runtime.informer import Informer
 from runtime.kubecall import call_retrying
@@ -68,6 +72,9 @@ from runtime.kubecall import call_retrying
 log = logging.getLogger(__name__)
 
 JSON_PATCH = "application/json-patch+json"
+# A missing clique is created by the daemon of the first of these slots (spread over the
+# constructor's `create_stagger_s`).
+CREATE_SLOTS = 16
 
 
 class CliqueMembership(OptimisticWriter):
@@ -91,8 +98,10 @@ class CliqueMembership(OptimisticWriter):
         rng: random.Random | None = None,
         cd_name: str = "",
         cd_namespace: str = "",
+        create_stagger_s: float = 0.4,
     ) -> None:
         super().__init__(api_client, rng)
+        self.create_stagger_s = create_stagger_s
         self.namespace = namespace
         self.cd_name = cd_name
         self.cd_namespace = cd_namespace or namespace
@@ -192,38 +201,30 @@ class CliqueMembership(OptimisticWriter):
             "status": names.STATUS_NOT_READY,
         }
 
-    def _free_index(self, daemons: list[Obj], skip: int | None = None) -> int:
-        """The smallest free index (or our former one) among `daemons`, not counting the
-        entry at position `skip` (our own)."""
-        used = {entry_index(d) for i, d in enumerate(daemons) if i != skip}
+    def _free_index(self, daemons: list[Obj]) -> int:
+        """The smallest index (or our former one) the entries of `daemons` leave free, as
+        their order settles them."""
         return smallest_free_index(
-            used,
+            set(settled_indices([d.get("index") for d in daemons])),
             self.max_nodes,
             f"ComputeDomainClique {self.namespace}/{self.name}",
             preferred=self.index,
         )
 
-    def _index_for_loser(self, daemons: list[Obj], position: int) -> int:
-        """A free index for our entry at `position`, whose index an earlier entry holds.
-        Every entry that lost its index in this list takes a different free one: the one of
-        its rank among the losers (they all see the same list order), so losers of one round
-        do not all pick the same smallest free index and contest it again. Indices stay the
-        lowest free ones (the CRD's contract); a joiner that took the same one meanwhile is
-        settled by its watch (supervisor.py)."""
-        held: set[int] = set()
-        losers: list[int] = []
-        for i, d in enumerate(daemons):
-            index = entry_index(d)
-            if index in held:
-                losers.append(i)
-            else:
-                held.add(index)
-        limit = self.max_nodes if self.max_nodes is not None else len(daemons) + len(held)
-        free = [i for i in range(max(limit, 0)) if i not in held]
-        rank = losers.index(position) if position in losers else 0
-        if rank < len(free):
-            return free[rank]
-        return self._free_index(daemons, skip=position)  # raises CliqueFullError if full
+    def settled_index(self, daemons: list[Obj]) -> int | None:
+        """The index our entry holds in `daemons` (None: no entry of ours)."""
+        position = self._position(daemons)
+        if position is None:
+            return None
+        return settled_indices([d.get("index") for d in daemons[: position + 1]])[-1]
+
+    def _index_fix(self, daemons: list[Obj], position: int) -> list[Obj]:
+        """The op that writes our settled index into our entry, folded into the write
+        being made anyway; none when the entry already says it."""
+        settled = self.settled_index(daemons)
+        if settled is None or daemons[position].get("index") == settled:
+            return []
+        return [{"op": "add", "path": f"/daemons/{position}/index", "value": settled}]
 
     def _join_ops(self, obj: Obj, ip: str) -> list[Obj] | None:
         """The patch that brings `obj` to holding our entry (with `ip`, an index no earlier
@@ -248,26 +249,33 @@ class CliqueMembership(OptimisticWriter):
             return [*ops, *self._guard(position, None),
                     {"op": "add", "path": f"/daemons/{position}/ipAddress", "value": ip},
                     {"op": "add", "path": f"/daemons/{position}/status",
-                     "value": names.STATUS_NOT_READY}]
-        if self.contested(daemons):
-            # An earlier entry holds our index (we appended at the same time): it keeps it.
-            ops += [*self._guard(position, ip),
-                    {"op": "add", "path": f"/daemons/{position}/index",
-                     "value": self._index_for_loser(daemons, position)}]
+                     "value": names.STATUS_NOT_READY}, *self._index_fix(daemons, position)]
+        if ops:
+            ops += [*self._guard(position, ip), *self._index_fix(daemons, position)]
         return ops
 
-    def contested(self, daemons: list[Obj]) -> bool:
-        """Our entry's index is held by an entry earlier in the list (which keeps it)."""
-        position = self._position(daemons)
-        if position is None:
-            return False
-        index = entry_index(daemons[position])
-        return any(entry_index(d) == index for d in daemons[:position])
+    def _check_room(self, index: int) -> None:
+        """The settled index of an entry appended to a clique filled meanwhile may lie at
+        or beyond the maximum: such an entry does not belong (CliqueFullError)."""
+        if self.max_nodes is not None and index >= self.max_nodes:
+            raise CliqueFullError(
+                f"ComputeDomainClique {self.namespace}/{self.name} is full: daemons that "
+                f"joined at the same time hold every index below the maximum of "
+                f"{self.max_nodes} nodes per IMEX domain; raise --max-nodes-per-imex-domain "
+                f"({names.ENV_MAX_NODES_PER_IMEX_DOMAIN}) to admit more (no available "
+                f"indices within maxNodesPerIMEXDomain ({self.max_nodes}))")
 
     async def join(self, ip: str) -> int:
         """Insert or refresh our entry; returns our index (stable across restarts)."""
         self.ip = ip
         obj = await self._read()
+        if obj is None and self.create_stagger_s > 0:
+            # Every daemon of a new domain starts at once and finds no clique: all but
+            # one create would be lost (a wasted write each). Each node waits its own
+            # slot and reads again, so the first slot's daemon creates and the rest append.
+            slot = zlib.crc32(self.node_name.encode()) % CREATE_SLOTS
+            await asyncio.sleep(slot * self.create_stagger_s / CREATE_SLOTS)
+            obj = await self._read()
         for _ in range(MAX_ATTEMPTS):
             if obj is None:
                 created = await self._create_or_lost(self._created_with_us)
@@ -276,11 +284,7 @@ class CliqueMembership(OptimisticWriter):
                 obj = created or await self._read()
                 continue
             self._check_ours(obj)
-            try:
-                ops = self._join_ops(obj, ip)
-            except CliqueFullError:
-                await self._drop_contested(obj)
-                raise
+            ops = self._join_ops(obj, ip)
             if ops == []:
                 break
             if self._position(_daemons_of(obj)) is None:
@@ -295,12 +299,18 @@ class CliqueMembership(OptimisticWriter):
         else:
             raise MembershipError(f"gave up after {MAX_ATTEMPTS} conflicting writes")
         assert obj is not None
-        entry = self._own(_daemons_of(obj))
-        assert entry is not None
-        self.index = entry_index(entry)
+        daemons = _daemons_of(obj)
+        entry, index = self._own(daemons), self.settled_index(daemons)
+        assert entry is not None and index is not None
+        try:
+            self._check_room(index)
+        except CliqueFullError:
+            await self._drop_entry(obj)
+            raise
+        self.index = index
         # The reference daemon's words (cdclique.go); supervisor.py logs the index we got.
         log.info("Successfully inserted/updated daemon info in CDClique %s (myDaemon: %s)",
-                 self.name, self._go_value(entry))
+                 self.name, self._go_value({**entry, "index": index}))
         return self.index
 
     def _go_value(self, entry: Obj | None) -> str:
@@ -319,12 +329,12 @@ class CliqueMembership(OptimisticWriter):
         obj["daemons"] = [self._new_entry(self.ip, self._free_index([]))]
         return obj
 
-    async def _drop_contested(self, obj: Obj) -> None:
-        """Our appended entry lost its index and none is free: take it out again, so the
-        clique holds no entry beyond the maximum."""
-        daemons = obj.get("daemons") or []
+    async def _drop_entry(self, obj: Obj) -> None:
+        """Our appended entry holds no index below the maximum: take it out again, so the
+        clique holds no entry beyond it."""
+        daemons = _daemons_of(obj)
         position = self._position(daemons)
-        if position is not None and self.contested(daemons):
+        if position is not None:
             await self._apply_ops(
                 [*self._guard(position, self.ip), {"op": "remove", "path": f"/daemons/{position}"}]
             )
@@ -368,7 +378,8 @@ class CliqueMembership(OptimisticWriter):
                 return
             ip = daemons[position].get("ipAddress")
             ops = [*self._guard(position, ip if isinstance(ip, str) else None),
-                   {"op": "add", "path": f"/daemons/{position}/status", "value": want}]
+                   {"op": "add", "path": f"/daemons/{position}/status", "value": want},
+                   *self._index_fix(daemons, position)]
             if await self._apply_ops(ops) is not None:
                 log.info("Successfully updated daemon info status in CDClique (new status: %s)",
                          want)

@@ -50,6 +50,7 @@ from agent.daemon.netcheck import check_local_address
 from agent.daemon.process import ImexLauncher, ImexProcess
 from agent.daemon.readiness import CtlRunner, ReadinessPoller, is_ready, query_state
 from api import names
+from api.clique import settled_indices
 from cdi.atomic import NotRegularFileError, read_file
 from runtime.corev1 import CoreV1
 from runtime.kubecall import call_retrying
@@ -293,13 +294,6 @@ class ImexSupervisor:
                     self._poller.ready = None  # the new entry says NotReady: report again
                     self._poller.poke()
             return
-        if isinstance(self.membership, CliqueMembership) and self.membership.contested(daemons):
-            # Two daemons took one index at once and the earlier entry keeps it: take
-            # another (the write brings us back here with it).
-            log.info("index %s in clique %s is an earlier entry's: taking another",
-                     own.get("index"), ident.clique_id)
-            await self.membership.join(ident.pod_ip)
-            return
         mappings = {
             int(d.get("index", 0)): d.get("ipAddress", "") for d in mine if d.get("ipAddress")
         }
@@ -391,14 +385,14 @@ class ImexSupervisor:
 
 
 def _usable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Entries with an integer index and, when set, a plain IP address. Other daemons (or
-    anyone with write access to the clique) write these; one malformed entry is skipped
-    with a warning instead of stopping this daemon from following its peers. Of two entries
-    with one index (two daemons that joined at once) the earlier one holds it, as
-    membership.py settles it; the later one is left out until it took another."""
+    """Entries with an integer index and, when set, a plain IP address, each with the index
+    it holds (api/clique.py `settled_indices`: of two entries that wrote one index, the
+    earlier keeps it and the later holds the one its writer will write next). Other daemons
+    (or anyone with write access to the clique) write these; one malformed entry is skipped
+    with a warning instead of stopping this daemon from following its peers."""
     out = []
-    held: set[int] = set()
-    for d in entries:
+    for d, held in zip(entries, settled_indices([d.get("index") for d in entries]),
+                       strict=True):
         try:
             index = d.get("index", 0)
             if isinstance(index, bool) or not isinstance(index, int):
@@ -408,12 +402,10 @@ def _usable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         except ValueError as err:
             log.warning("ignoring clique entry of %s: %s", d.get("nodeName") or d.get("name"), err)
             continue
-        if index in held:
-            vlog(log, 4, "clique entry of %s: index %d is held by an earlier entry",
-                 d.get("nodeName") or d.get("name"), index)
-            continue
-        held.add(index)
-        out.append(d)
+        if held != index:
+            vlog(log, 4, "clique entry of %s: index %d is held by an earlier entry; it holds "
+                 "%d", d.get("nodeName") or d.get("name"), index, held)
+        out.append({**d, "index": held})
     return out
 
 

@@ -44,6 +44,9 @@ class Stats:
     watch_by_user: dict[str, dict[str, int]] = field(default_factory=dict)
     # user name -> writes of Events among its writes: a report can set them aside.
     event_writes_by_user: dict[str, int] = field(default_factory=dict)
+    # user name -> "METHOD resource[/subresource]" -> count: what a user's writes were to
+    # (a benchmark says where its writes per join go).
+    writes_by_user: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def count(self, verb: str, user: str = "") -> None:
         self.requests[verb] = self.requests.get(verb, 0) + 1
@@ -64,6 +67,12 @@ class Stats:
     def event_write(self, user: str) -> None:
         """One of `user`'s writes (counted by `count` too) was to an Event."""
         self.event_writes_by_user[user] = self.event_writes_by_user.get(user, 0) + 1
+
+    def write(self, user: str, method: str, resource: str) -> None:
+        """One write request of `user` (PUT, POST, PATCH or DELETE) to `resource`."""
+        mine = self.writes_by_user.setdefault(user, {})
+        key = f"{method} {resource}"
+        mine[key] = mine.get(key, 0) + 1
 
     def users(self) -> dict[str, dict[str, int]]:
         """user -> verb counts and, for users who watched, watchEvents and watchBytes; for
@@ -106,6 +115,7 @@ def control(
                 "requests": stats.requests,
                 "conflicts": stats.conflicts,
                 "byUser": stats.users(),
+                "writesByUser": stats.writes_by_user,
                 "resourceVersion": store.resource_version,
                 "watches": store.watcher_count,
             }
@@ -122,6 +132,8 @@ def operate(server: ApiServer, op: str, args: dict[str, Any]) -> Any:
         return server.stats.users()
     if op == "requests":
         return dict(server.stats.requests)
+    if op == "writes":
+        return {user: dict(w) for user, w in server.stats.writes_by_user.items()}
     if op == "faults":
         server.faults.error_rate = float(args.get("rate", 0.0))
         server.faults.error_code = int(args.get("code", 500))

@@ -490,6 +490,9 @@ class ApiServer:
             self.stats.count("list", who)
             return list_response(request, t, self.store)
         body = await self._body(request) if method in ("POST", "PUT", "PATCH", "DELETE") else None
+        if method in ("POST", "PUT", "PATCH", "DELETE"):
+            resource = f"{t.info.plural}/{t.subresource}" if t.subresource else t.info.plural
+            self.stats.write(who, method, resource)
         if t.info.kind == "Event" and not t.subresource:
             self.stats.event_write(who)
         directive = q.get("fieldValidation", "Warn") or "Warn"

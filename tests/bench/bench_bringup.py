@@ -10,13 +10,21 @@ published figures for the same shapes. The bench watches the cluster (sim/cluste
 ClusterWatch) rather than polling LISTs, so it costs little of the CPU it measures; it also
 reports the watch bytes the API server streamed to the driver per daemon join.
 
-    python tests/bench/bench_bringup.py [--shapes 18:1,72:4,144:8]
+It also runs one shape twice, on the idle machine and beside a CPU hog on every core (as
+`stress --cpu N` would: busy processes outside everything measured), and compares the
+driver's writes per join, by component and by the resource written: a count that grew with
+the load would mean writes that retries, races or timers make, not the joins themselves.
+
+    python tests/bench/bench_bringup.py [--shapes 18:1,72:4,144:8] [--load-shape 72:4]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import multiprocessing
+import os
 import shutil
 import sys
 import tempfile
@@ -68,6 +76,7 @@ async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMU
         watch = ClusterWatch(cluster.admin, cluster.namespace)
         await watch.start()
         before = await user_stats(cluster)
+        writes_before = await writes_by_resource(cluster)
         cpu = ProcessCpu(cluster)
         await create_objects(cluster.admin, objects)
         chain = EvidenceChain(
@@ -85,6 +94,7 @@ async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMU
             watch.stop()
         cpu_s = cpu.seconds()
         after = await user_stats(cluster)
+        writes_after = await writes_by_resource(cluster)
         assert before is not None and after is not None  # emulator stats or the audit log
         rss = psutil.Process().memory_info().rss / 2**20
         allocated = chain.link("allocation").done_at or 0.0
@@ -97,10 +107,49 @@ async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMU
             "start": start_s, "allocated": allocated, "ready": ready, "counts": counts,
             "rss": rss, "clean": not left, "cpu": cpu_s, "flaps": watch.flaps.count,
             "generated": generated,
+            "by_resource": resource_deltas(writes_before, writes_after, cluster),
         }  # fmt: skip
     finally:
         await cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def writes_by_resource(cluster: SimCluster) -> dict[str, dict[str, int]]:
+    """user -> "METHOD resource" -> writes, from the emulator's counters ({} upstream)."""
+    if cluster.server is None:
+        return {}
+    counted: dict[str, dict[str, int]] = await asyncio.to_thread(cluster.server.op, "writes")
+    return counted
+
+
+def resource_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
+                    cluster: SimCluster) -> dict[str, dict[str, int]]:
+    """role -> "METHOD resource" -> the driver's writes between two snapshots."""
+    out: dict[str, dict[str, int]] = {}
+    for role, account in cluster.accounts.items():
+        user = f"system:serviceaccount:{cluster.namespace}:{account}"
+        a, b = before.get(user, {}), after.get(user, {})
+        out[role] = {k: n - a.get(k, 0) for k, n in b.items() if n - a.get(k, 0)}
+    return out
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int):
+    """`count` processes that keep a core busy each until the block ends."""
+    hogs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(count)]
+    for hog in hogs:
+        hog.start()
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.join()
 
 
 async def generated_objects(cluster: SimCluster, uid: str) -> dict[str, int]:
@@ -225,6 +274,44 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
     return rows
 
 
+def per_join_writes(r: dict, nodes: int) -> tuple[float, str]:
+    """Writes per join (Events aside) and the breakdown by component and resource."""
+    total = sum(t["writes"] for t in r["counts"].values()) / nodes
+    parts = []
+    for role, writes in sorted(r["by_resource"].items()):
+        for key, n in sorted(writes.items(), key=lambda kv: -kv[1]):
+            if not key.endswith(" events"):
+                parts.append(f"{role} {key} {n / nodes:.2f}")
+    return total, "; ".join(parts)
+
+
+def run_load(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The load shape on the idle machine, then beside a busy process per core."""
+    nodes, cliques = (int(x) for x in args.load_shape.split(":"))
+    label = f"{nodes} nodes / {cliques} cliques"
+    hogs = os.cpu_count() or 2
+    results = {}
+    for name in ("idle", "loaded"):
+        with cpu_hogs(hogs) if name == "loaded" else contextlib.nullcontext():
+            results[name] = asyncio.run(one(nodes, cliques, args.timeout, args.control_plane))
+    rows: list[tuple[str, str]] = []
+    figures = {}
+    for name, r in results.items():
+        total, breakdown = per_join_writes(r, nodes)
+        conflicts = sum(t["conflicts"] for t in r["counts"].values()) / nodes
+        figures[name] = total
+        where = "idle machine" if name == "idle" else f"{hogs} CPU hogs beside it"
+        rows += [
+            (f"{label}, {where}: CD created -> ready", f"{r['ready']:.1f} s"),
+            (f"{label}, {where}: driver API writes per daemon join, Events aside",
+             f"{total:.2f}, 409 conflicts {conflicts:.2f} ({breakdown})"),
+        ]
+    rows.append((f"{label}: writes per join, loaded / idle",
+                 f"{figures['loaded'] / figures['idle']:.2f}x"))
+    print(rows, flush=True)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shapes", default="18:1,72:4,144:8")
@@ -232,6 +319,8 @@ def main() -> int:
     parser.add_argument("--control-plane", choices=CONTROL_PLANES, default=EMULATOR,
                         help="the API emulator, or upstream kube-apiserver, etcd, "
                         "kube-controller-manager and kube-scheduler (`make k8s` first)")
+    parser.add_argument("--load-shape", default="72:4",
+                        help="the shape run idle and under CPU load ('' skips it)")
     parser.add_argument("--section", default="",
                         help="RESULTS.md section title (default: one per control plane)")
     args = parser.parse_args()
@@ -248,7 +337,10 @@ def main() -> int:
     )
     title = args.section or ("Time to ready (driver-managed, in-process"
                              + (", upstream control plane)" if upstream else ")"))
-    print(write_section(title, run(args), note))
+    rows = run(args) if args.shapes else []
+    if args.load_shape:
+        rows += run_load(args)
+    print(write_section(title, rows, note))
     return 0
 
 

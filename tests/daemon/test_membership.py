@@ -184,29 +184,26 @@ def test_eighteen_concurrent_joiners_then_the_nineteenth_is_refused(apiserver, k
     stats = apiserver.server.stats
     requests_before, conflicts_before = dict(stats.requests), stats.conflicts
 
-    async def scenario() -> list[int]:
+    async def scenario() -> tuple[list[int], list[int]]:
         indices = list(await asyncio.gather(
             *(m.join(f"10.1.0.{i}") for i, m in enumerate(members))))
-        # What each daemon's clique watch does (supervisor.py): one whose index an earlier
-        # entry took meanwhile joins again, and takes another.
-        for _ in range(len(members)):
-            daemons = get_clique(k8s)["daemons"]
-            contested = [i for i, m in enumerate(members) if m.contested(daemons)]
-            if not contested:
-                break
-            for i in contested:
-                indices[i] = await members[i].join(f"10.1.0.{i}")
-        return indices
+        appends = [m.writes for m in members]
+        # Each daemon's readiness flip (supervisor.py) also writes the index it holds.
+        await asyncio.gather(*(m.set_status(True) for m in members))
+        return indices, appends
 
     start = time.monotonic()
-    indices = asyncio.run(scenario())
+    indices, appends = asyncio.run(scenario())
     elapsed = time.monotonic() - start
+    # Every joiner knew its index from its own append: unique, the lowest ones.
     assert sorted(indices) == list(range(18))
+    assert appends == [1] * 18
     daemons = get_clique(k8s)["daemons"]
     assert sorted(d["index"] for d in daemons) == list(range(18))
     assert {d["nodeName"]: d["index"] for d in daemons} == {
         m.node_name: i for m, i in zip(members, indices, strict=True)
     }
+    assert {d["status"] for d in daemons} == {"Ready"}
 
     writes = sum(m.writes for m in members)
     conflicts = sum(m.conflicts for m in members)
@@ -222,9 +219,9 @@ def test_eighteen_concurrent_joiners_then_the_nineteenth_is_refused(apiserver, k
     assert requests.get("update", 0) == 0
     # The only 409s are the lost creates: the one creator wins, the others append.
     assert conflicts == requests.get("create", 0) - 1 <= 17
-    # One append each, plus about one index change for each joiner that appended at the
-    # very same moment as another with the same free index (the earlier entry keeps it).
-    assert writes <= 2 * 18 + 2
+    # Two writes each, however many appended at once: the append and the readiness flip
+    # (which carries the index a contested append holds).
+    assert writes == 2 * 18
     with pytest.raises(CliqueFullError) as err:
         asyncio.run(extra.join("10.1.0.18"))
     message = str(err.value)
@@ -408,9 +405,11 @@ def _create_clique(k8s, daemons=None, owner_refs=None) -> None:
         names.GROUP, names.VERSION, NS, names.PLURAL_CLIQUES, body)
 
 
-def test_a_contested_index_goes_to_the_earlier_entry_in_place(k8s, project_crds):
-    """Two daemons that appended at once with one index: the later entry takes a free index
-    (one write, in place); the earlier one keeps its index and is not written."""
+def test_a_contested_index_is_settled_by_list_order_and_written_with_readiness(
+        k8s, project_crds):
+    """Two daemons that appended at once with one index: the earlier entry keeps it, the
+    later one holds the next free one at once (no write of its own) and writes it with its
+    readiness flip; the earlier one writes nothing but its readiness."""
     a, b = member(k8s, "node-a"), member(k8s, "node-b")
     refs = [{"apiVersion": "v1", "kind": "Pod", "name": "daemon-node-a", "uid": a.pod_uid},
             {"apiVersion": "v1", "kind": "Pod", "name": "daemon-node-b", "uid": b.pod_uid}]
@@ -418,20 +417,22 @@ def test_a_contested_index_goes_to_the_earlier_entry_in_place(k8s, project_crds)
     _create_clique(k8s, [{**entry, "nodeName": "node-a", "ipAddress": "10.0.0.1"},
                          {**entry, "nodeName": "node-b", "ipAddress": "10.0.0.2"}], refs)
     daemons = get_clique(k8s)["daemons"]
-    assert not a.contested(daemons) and b.contested(daemons)
+    assert (a.settled_index(daemons), b.settled_index(daemons)) == (0, 1)
 
     async def scenario() -> None:
         assert await a.join("10.0.0.1") == 0
-        assert a.writes == 0  # the earlier entry holds index 0: nothing to write
         assert await b.join("10.0.0.2") == 1
+        assert a.writes == b.writes == 0  # both entries are in place: nothing to write
+        await b.set_status(True)
         assert b.writes == 1
 
     asyncio.run(scenario())
-    assert [(d["nodeName"], d["index"]) for d in get_clique(k8s)["daemons"]] == [
-        ("node-a", 0), ("node-b", 1)]
+    assert [(d["nodeName"], d["index"], d["status"]) for d in get_clique(k8s)["daemons"]] == [
+        ("node-a", 0, "NotReady"), ("node-b", 1, "Ready")]
 
 
-def test_losers_of_one_round_take_different_indices(k8s, project_crds):
+def test_losers_of_one_round_hold_different_indices_and_a_new_joiner_the_next(
+        k8s, project_crds):
     members = [member(k8s, f"node-{i}") for i in range(4)]
     entry = {"cliqueID": CLIQUE, "index": 0, "status": "NotReady"}
     _create_clique(k8s, [{**entry, "nodeName": m.node_name, "ipAddress": f"10.0.0.{i + 1}"}
@@ -439,8 +440,10 @@ def test_losers_of_one_round_take_different_indices(k8s, project_crds):
                    [{"apiVersion": "v1", "kind": "Pod", "name": m.pod_name, "uid": m.pod_uid}
                     for m in members])
     daemons = get_clique(k8s)["daemons"]
-    # Each loser computes from the same list: indices 1, 2 and 3, no second contest.
-    assert [m._index_for_loser(daemons, i) for i, m in enumerate(members) if i] == [1, 2, 3]
+    # Every reader settles the same list the same way: 0, 1, 2, 3.
+    assert [m.settled_index(daemons) for m in members] == [0, 1, 2, 3]
+    # A joiner reading this list takes 4, not the 1 no entry has written yet.
+    assert asyncio.run(member(k8s, "node-new").join("10.0.0.9")) == 4
 
 
 def test_a_clique_without_lists_is_joined_by_a_whole_update(k8s, project_crds):
