@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -219,12 +220,32 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
         help="run the agents, IMEX daemons and fake IMEX as tasks in this process (scale)",
     )
     parser.add_argument(
+        "--sim-workers",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="with --in-process: share the nodes out over N worker processes, each running "
+        "its nodes' kubelets, agents, IMEX daemons and fake IMEX (default: one per core, "
+        f"here {_cores()}; 1 runs every node in this process; at most one per node is used)",
+    )
+    parser.add_argument(
         "--agent",
         type=Path,
         default=None,
         metavar="PROGRAM",
         help="node agent program (default: this install's compute-domain-agent)",
     )
+
+
+def _cores() -> int:
+    return os.cpu_count() or 1
+
+
+def sim_workers(args: argparse.Namespace) -> int:
+    """--sim-workers, or its default: one worker per core in-process, else none (1)."""
+    if args.sim_workers is not None:
+        return int(args.sim_workers)
+    return _cores() if args.in_process else 1
 
 
 def _cluster_error(args: argparse.Namespace) -> str | None:
@@ -236,6 +257,9 @@ def _cluster_error(args: argparse.Namespace) -> str | None:
         return "--imex-placement agent: with --mode hostManaged the hosts run nvidia-imex"
     if args.in_process and args.agent is not None:
         return "--agent runs a program per node; it cannot be combined with --in-process"
+    if args.sim_workers is not None and args.sim_workers > 1 and not args.in_process:
+        return ("--sim-workers shares in-process nodes out over processes: add --in-process "
+                "(without it every agent and daemon is a process already)")
     if args.agent is not None and not args.agent.is_file():
         return f"--agent {args.agent}: no such file"
     if args.control_plane == KUBERNETES and "v1" not in args.resource_api:
@@ -290,6 +314,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         control_plane=args.control_plane,
         resource_versions=args.resource_api,
         kubelet=args.kubelet,
+        sim_workers=sim_workers(args),
     )
     if args.workload is not None:
         from sim.cluster.example import load
@@ -333,6 +358,7 @@ def _run_up(args: argparse.Namespace) -> int:
         "driver": not args.no_driver,
         "resource_versions": args.resource_api,
         "kubelet": args.kubelet,
+        "sim_workers": sim_workers(args),
     }
     if args.agent is not None:
         kwargs["agent_program"] = args.agent

@@ -27,6 +27,11 @@ IP and resyncs faster. `ClusterSpec.controller_env` / `agent_env` are merged ove
 With `ClusterSpec(in_process=True)` (scale: hundreds of nodes) the agents, the daemon
 containers and the fake `nvidia-imex` daemons run as tasks of this process instead, from
 the same pod specs (`sim.cluster.inprocess`); the controller and workloads stay processes.
+With `sim_workers=N` as well (N > 1) the node side of the cluster (each node's kubelet and
+what it runs) is shared out over N worker processes (`sim.cluster.nodeworker`), so the
+rack's nodes are not all on one GIL; this process keeps the control plane and sees the
+nodes through their files and what the workers report (`SimNode.kubelet` and `.agent`,
+and the agent faults below, then need `sim_workers=1`).
 
 Tests that break the driver on purpose get the knobs an admin or an outage has:
 `stop_agent` / `start_agent` stop a node's agent container and keep it stopped, then let
@@ -49,7 +54,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from kubernetes import client
 
@@ -59,11 +64,23 @@ from sim.apiserver.process import ServerProcess
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
 from sim.cluster.hostimex import HostImex
-from sim.cluster.images import ImageCatalog, from_dockerfile, repository
+from sim.cluster.images import ImageCatalog
 from sim.cluster.inprocess import InProcessHost
 from sim.cluster.kubelet import WIPE_SLICES_AFTER, SimKubelet
 from sim.cluster.node import MAX_NODES, NETWORK_BLOCK, NodeHost, node_ip, random_network
-from sim.cluster.nodestatus import NodeSpec
+from sim.cluster.nodeplan import (  # noqa: F401  (named here since before)
+    DOCKERFILE,
+    SIM_IMAGE,
+    KubeletSetup,
+    NodePlan,
+    ProgramRef,
+    blocks,
+    image_catalog,
+    kubelet_tls_files,
+    new_kubelet,
+)
+from sim.cluster.nodeworker import WorkerPlan
+from sim.cluster.nodeworkers import InWorker, NodeWorkers, WorkerProgram, in_worker_error
 from sim.cluster.podprogram import PodProgram
 from sim.cluster.processes import free_port
 from sim.cluster.simedits import for_one_machine
@@ -77,8 +94,6 @@ Obj = dict[str, Any]
 
 MODES: Final = ("driverManaged", "hostManaged")
 NODES_PER_CLIQUE: Final = 18  # a GB200 NVL72 rack: 18 compute trays
-SIM_IMAGE: Final = "compute-domain-driver:sim"
-DOCKERFILE: Final = Path(__file__).resolve().parents[2] / "Dockerfile"
 SMALL_CLUSTER: Final = 16  # nodes up to which the daemons poll and heartbeat fast
 # Controller and agent programs run here by default (the venv's console scripts).
 DEFAULT_BIN_DIR: Final = Path(sys.executable).parent
@@ -122,6 +137,10 @@ class ClusterSpec:
     # "upstream": the real kubelet of the pinned release on the sim's CRI runtime, the
     # driver installed by its Helm chart (sim/cluster/upstreamkubelet.py).
     kubelet: str = SIM_KUBELET
+    # In-process mode: worker processes the nodes are shared out over (1: every node in
+    # this process, as objects tests can reach; more: see sim.cluster.nodeworker). At most
+    # one per node is used.
+    sim_workers: int = 1
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -144,6 +163,7 @@ class ClusterSpec:
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1 (got {self.nodes})")
         self._validate_kubelet()
+        self._validate_workers()
         if self.nodes + self.non_fabric > MAX_NODES:
             raise ValueError(f"at most {MAX_NODES} nodes (one 127.A.B.N address each, "
                              f"{NETWORK_BLOCK} /24s per cluster)")
@@ -174,6 +194,21 @@ class ClusterSpec:
             raise ValueError(f"at most {MAX_UPSTREAM_NODES} nodes with the upstream kubelet "
                              f"(got {total}); the simulated kubelet scales further")
 
+    def _validate_workers(self) -> None:
+        if isinstance(self.sim_workers, bool) or not isinstance(self.sim_workers, int):
+            raise ValueError(f"sim_workers must be a whole number (got {self.sim_workers!r})")
+        if self.sim_workers < 1:
+            raise ValueError(f"sim_workers must be at least 1 (got {self.sim_workers})")
+        if self.sim_workers > 1 and not self.in_process:
+            raise ValueError("sim_workers above 1 shares in-process nodes out over processes: "
+                             "it needs in_process=True (--in-process)")
+
+    @property
+    def worker_count(self) -> int:
+        """The worker processes the nodes run in (0: in this process)."""
+        workers = min(self.sim_workers, self.nodes + self.non_fabric)
+        return workers if workers > 1 else 0
+
     @property
     def clique_count(self) -> int:
         return (
@@ -197,7 +232,8 @@ class ClusterSpec:
 @dataclass
 class SimNode:
     """One node at run time: its host, address, kubelet and agent (the node's
-    kubelet-plugin pod)."""
+    kubelet-plugin pod). A node run by a worker process (`sim_workers` > 1) has its
+    host, address and labels here; its kubelet and agent say they are out of reach."""
 
     host: NodeHost
     index: int
@@ -237,16 +273,23 @@ class SimCluster:
         self.kubeconfigs: dict[str, Path] = {}
         self.nodes: dict[str, SimNode] = {}
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sim")
-        self.in_process = InProcessHost(spec.verbosity) if spec.in_process else None
+        # The node worker processes (None: every node runs in this process).
+        self.workers = NodeWorkers() if spec.worker_count else None
+        in_here = spec.in_process and self.workers is None
+        self.in_process = InProcessHost(spec.verbosity) if in_here else None
         self.images = self._image_catalog()
         # Short paths to the nodes' file systems: a unix socket's path must stay under 108
         # bytes, and the kubelets reach the agents' sockets through these (see _add_node).
         self._aliases: Path | None = None
-        self.controller = self._program(
-            "Deployment",
-            lambda: [n.kubelet for n in self.nodes.values()],
-            "the controller",
-            "controller",
+        self.controller: PodProgram | WorkerProgram = (
+            WorkerProgram(self.workers, "the controller", "controller")
+            if self.workers is not None
+            else self._program(
+                "Deployment",
+                lambda: [n.kubelet for n in self.nodes.values()],
+                "the controller",
+                "controller",
+            )
         )
 
     @property
@@ -294,8 +337,11 @@ class SimCluster:
             )
         if self.in_process is not None:
             self.in_process.open()
-        for index, (name, clique) in enumerate(self.spec.layout(), start=1):
-            await self._add_node(name, index, clique)
+        if self.workers is not None:
+            await self._start_workers(self.workers)
+        else:
+            for index, (name, clique) in enumerate(self.spec.layout(), start=1):
+                await self._add_node(name, index, clique)
         if self.spec.driver:
             # Every node's plugin pod starts at once on this machine's cores.
             await self.wait_ready(60.0 + 2.0 * len(self.nodes))
@@ -346,6 +392,32 @@ class SimCluster:
                 for o in self.objects]
 
     async def _add_node(self, name: str, index: int, clique: int | None) -> None:
+        plan = self._node_plan(name, index, clique)
+        kubelet = new_kubelet(
+            plan,
+            self._kubelet_setup(),
+            self.images,
+            tls=self.control_plane.kubelet_tls(name, plan.ip),
+            executor=self.in_process.executor if self.in_process is not None else None,
+        )
+        await kubelet.register()
+        if self.spec.driver:
+            await self._agent_kubeconfig(name)
+        agent = self._program(
+            "DaemonSet", lambda: [kubelet], f"the agent on {name}", f"agent-{name}"
+        )
+        node = SimNode(plan.host, index, kubelet, agent, plan.ip, labels=plan.labels)
+        if self.host_managed:
+            node.host_imex = HostImex(plan.host, plan.ip)
+        self.nodes[name] = node
+        kubelet.start()
+        if node.host_imex is not None:
+            await node.host_imex.start(peers=self._clique_peers(clique))
+
+    def _node_plan(self, name: str, index: int, clique: int | None, *,
+                   tls_files: bool = False) -> NodePlan:
+        """The node's host files (created here), address, labels and credentials; with
+        `tls_files`, its kubelet serving certificate as files (for a worker process)."""
         ip = node_ip(index, self.network)
         host = NodeHost(self.root / "nodes" / name, name, clique)
         # The driver's programs of the node: nvidia-imex and nvidia-imex-ctl.
@@ -359,48 +431,58 @@ class SimCluster:
         if clique is not None:
             labels[names.LABEL_GPU_CLIQUE] = host.clique_id
         plane = self.control_plane
-        node_spec = NodeSpec(
-            name,
+        return NodePlan(
+            host,
+            index,
             ip,
+            self._alias(host),
             labels,
             kubelet_port=free_port(ip),
-            kubelet_version=plane.server_version(),
+            credentials=plane.node_credentials(name),
+            tls=kubelet_tls_files(plane, name, ip) if tls_files else None,
+            host_imex_peers=tuple(self._clique_peers(clique)) if self.host_managed else None,
         )
-        fs = self._alias(host)
-        kubelet = SimKubelet(
-            plane.node_credentials(name).api_client(),
-            name,
-            registry_dir=fs / names.KUBELET_REGISTRY_DIR.lstrip("/"),
-            cdi_dirs=[host.cdi_dir],
-            pods_dir=host.pods_dir,
-            pod_ip=ip,
-            env_extra=self._daemon_env(),
-            probe_period_cap=1.0,
-            backoff_base=0.5,
-            backoff_cap=5.0,
-            executor=self.in_process.executor if self.in_process is not None else None,
-            wipe_slices_after=self.spec.slice_wipe_delay,
-            node=node_spec,
-            tls=plane.kubelet_tls(name, ip),
+
+    def _kubelet_setup(self) -> KubeletSetup:
+        plane = self.control_plane
+        return KubeletSetup(
             server=Credentials(plane.admin.server, plane.admin.ca_file),
-            images=self.images,
             in_cluster=plane.in_cluster(),
             resource_version=plane.resource_version,
-            host_root=fs,
+            kubelet_version=plane.server_version(),
+            env_extra=self._daemon_env(),
+            wipe_slices_after=self.spec.slice_wipe_delay,
         )
-        await kubelet.register()
+
+    async def _start_workers(self, workers: NodeWorkers) -> None:
+        """The nodes' files and plans here, their kubelets in the worker processes: each
+        worker gets a contiguous block of the layout (whole cliques where they fit)."""
+        layout = self.spec.layout()
+        plans = [self._node_plan(name, index, clique, tls_files=True)
+                 for index, (name, clique) in enumerate(layout, start=1)]  # fmt: skip
+        setup = self._kubelet_setup()
+        deployment = self._program("Deployment", list, "the controller", "controller")
+        daemonset = self._program("DaemonSet", list, "the agent", "agent")
+        shares = [
+            WorkerPlan(
+                number, [plans[i] for i in share], setup, self.spec.verbosity,
+                str(self.spec.agent_program), str(self.spec.controller_program),
+                self.objects,
+                ProgramRef(self.namespace, deployment.labels, deployment.container_name),
+                ProgramRef(self.namespace, daemonset.labels, daemonset.container_name),
+            )
+            for number, share in enumerate(blocks(len(plans), self.spec.worker_count), 1)
+        ]  # fmt: skip
+        for plan in plans:
+            self.nodes[plan.name] = SimNode(
+                plan.host, plan.index,
+                cast(SimKubelet, InWorker(f"the kubelet of {plan.name}")),
+                cast(PodProgram, InWorker(f"the agent on {plan.name}")),
+                plan.ip, labels=dict(plan.labels),
+            )  # fmt: skip
+        await workers.start(shares)
         if self.spec.driver:
-            await self._agent_kubeconfig(name)
-        agent = self._program(
-            "DaemonSet", lambda: [kubelet], f"the agent on {name}", f"agent-{name}"
-        )
-        node = SimNode(host, index, kubelet, agent, ip, labels=labels)
-        if self.host_managed:
-            node.host_imex = HostImex(host, ip)
-        self.nodes[name] = node
-        kubelet.start()
-        if node.host_imex is not None:
-            await node.host_imex.start(peers=self._clique_peers(clique))
+            await asyncio.gather(*(self._agent_kubeconfig(p.name) for p in plans))
 
     def _alias(self, host: NodeHost) -> Path:
         """A short path (a link under /tmp) to the node's file system."""
@@ -427,21 +509,8 @@ class SimCluster:
     def _image_catalog(self) -> ImageCatalog:
         """The project's image as its Dockerfile builds it, under every reference the
         manifests and the controller use, with this checkout's programs inside."""
-        programs = {
-            "compute-domain-agent": Path(self.spec.agent_program),
-            "compute-domain-controller": Path(self.spec.controller_program),
-        }
-        # A venv's console scripts need the venv, its base interpreter and the sources.
-        runtime = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.executable)}
-        runtime.add(str(DOCKERFILE.parent))
-        image = from_dockerfile(DOCKERFILE, SIM_IMAGE, programs, sorted(runtime))
-        refs = {SIM_IMAGE} | {
-            str(c["image"])
-            for o in self.objects
-            if o.get("kind") in ("Deployment", "DaemonSet")
-            for c in o["spec"]["template"]["spec"].get("containers") or ()
-        }
-        return ImageCatalog(image, frozenset(repository(r) for r in refs))
+        return image_catalog(self.spec.agent_program, self.spec.controller_program,
+                             self.objects)  # fmt: skip
 
     def _clique_peers(self, clique: int | None) -> list[str]:
         """Addresses of the fabric nodes of `clique` (the host IMEX nodes config)."""
@@ -476,6 +545,10 @@ class SimCluster:
         """Until every agent is registered with its kubelet and the controller's pod is
         Ready (it leads, with synced caches): what Ready driver pods mean on a cluster."""
         deadline = time.monotonic() + timeout
+        if self.workers is not None:
+            await self._wait_workers_ready(self.workers, deadline, timeout)
+            await self.controller.wait_ready(max(0.1, deadline - time.monotonic()))
+            return
         for node in self.nodes.values():
             left = max(0.1, deadline - time.monotonic())
             try:
@@ -487,18 +560,44 @@ class SimCluster:
                 ) from None
         await self.controller.wait_ready(max(0.1, deadline - time.monotonic()))
 
+    async def _wait_workers_ready(
+        self, workers: NodeWorkers, deadline: float, timeout: float
+    ) -> None:
+        """Until every node's agent registered with its kubelet, as the workers report."""
+        while True:
+            missing = [n for n in self.nodes if n not in workers.registered()]
+            if not missing:
+                return
+            gone = workers.gone()
+            if gone or time.monotonic() > deadline:
+                why = (f"a sim worker exited: {gone[0]}" if gone
+                       else f"did not register with kubelet within {timeout:.0f}s")
+                log_path = workers.waiting_logs().get(missing[0], "")
+                raise RuntimeError(
+                    f"the agent on {missing[0]} (and {len(missing) - 1} more) {why}\n"
+                    + _tail(log_path)
+                )
+            await workers.changed(min(0.5, max(0.01, deadline - time.monotonic())))
+
+    def _in_process_only(self, what: str) -> None:
+        if self.workers is not None:
+            raise in_worker_error(what)
+
     def agent_log(self, node: str) -> str:
         """Everything the node's agent logged, across its restarts."""
+        self._in_process_only("agent_log")
         return self.nodes[node].agent.log_text()
 
     async def restart_agent(self, node: str, *, kill: bool = True) -> None:
         """SIGKILL (or SIGTERM) the node's agent; returns once its kubelet runs it again."""
+        self._in_process_only("restart_agent")
         await self.nodes[node].agent.restart(kill=kill)
 
     async def stop_agent(self, node: str, timeout: float = 10.0) -> None:
         """Stop the node's agent gracefully (SIGTERM: it removes its sockets) and keep it
         stopped; returns once the node's kubelet has deregistered it, so the slice wipe
         (`slice_wipe_delay`) is counting."""
+        self._in_process_only("stop_agent")
         sim_node = self.nodes[node]
         await sim_node.agent.stop()
         await sim_node.kubelet.watcher.wait_deregistered(names.DRIVER_NAME, timeout=timeout)
@@ -506,6 +605,7 @@ class SimCluster:
     async def start_agent(self, node: str, timeout: float = 30.0) -> None:
         """Start a stopped agent again on the same state; returns once its kubelet has
         registered it (which also calls off a pending slice wipe)."""
+        self._in_process_only("start_agent")
         sim_node = self.nodes[node]
         await sim_node.agent.start(timeout)
         try:
@@ -530,7 +630,11 @@ class SimCluster:
             self._aliases = None
 
     async def _stop_nodes(self) -> None:
-        """The kubelets (and what runs on the nodes), then the hosts' own IMEX daemons."""
+        """The kubelets (and what runs on the nodes), then the hosts' own IMEX daemons;
+        or the worker processes that run them."""
+        if self.workers is not None:
+            await self.workers.stop()
+            return
         await asyncio.gather(
             *(n.kubelet.stop() for n in self.nodes.values()), return_exceptions=True
         )
@@ -548,9 +652,28 @@ class SimCluster:
         """The processes this cluster runs: the driver's programs (in-process agents are
         not processes) and the upstream control plane's components; each has `name` and
         `pid`."""
-        out: list[Any] = [n.agent for n in self.nodes.values() if n.agent.pid is not None]
+        out: list[Any] = []
+        if self.workers is not None:  # the agents are tasks; the host IMEX daemons are not
+            out += [_Pid(f"host-imex-{n}", p) for n, p in self.workers.host_imex_pids().items()]
+        else:
+            out += [n.agent for n in self.nodes.values() if n.agent.pid is not None]
         out += self.control_plane.processes()
         return out + ([self.controller] if self.controller.pid is not None else [])
+
+
+@dataclass(frozen=True)
+class _Pid:
+    """A process a worker runs, as `processes()` names it."""
+
+    name: str
+    pid: int
+
+
+def _tail(path: str, chars: int = 3000) -> str:
+    try:
+        return Path(path).read_text(errors="replace")[-chars:] if path else ""
+    except OSError:
+        return ""
 
 
 def new_cluster(spec: ClusterSpec) -> SimCluster:

@@ -430,6 +430,7 @@ class DemoOptions:
     control_plane: str = "emulator"
     resource_versions: tuple[str, ...] = ("v1",)
     kubelet: str = "sim"
+    sim_workers: int = 1  # in-process mode: worker processes the nodes run in
 
 
 async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoResult:
@@ -448,6 +449,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
     spec_kwargs["control_plane"] = opts.control_plane
     spec_kwargs["resource_versions"] = opts.resource_versions
     spec_kwargs["kubelet"] = opts.kubelet
+    spec_kwargs["sim_workers"] = opts.sim_workers
     if opts.agent_program is not None:
         spec_kwargs["agent_program"] = opts.agent_program
     cluster = new_cluster(ClusterSpec(**spec_kwargs))
