@@ -53,9 +53,22 @@ def encode(cp: Checkpoint) -> bytes:
         v2["preparedClaims"] = {uid: _claim_v2(entry) for uid, entry in claims.items()}
     if cp.boot_id:
         v2["nodeBootID"] = cp.boot_id
-    v2["checksum"] = checksum(gojson.dumps(v2))
-    top = checksum(gojson.dumps({"checksum": 0, "v1": v1}))
-    return gojson.dumps({"checksum": top, "v1": v1, "v2": v2})
+    return _assemble(gojson.dumps(v1), gojson.dumps(v2))
+
+
+_V2_HASHED_HEAD = b'{"checksum":0'
+
+
+def _assemble(v1_text: bytes, v2_hashed: bytes) -> bytes:
+    """The file from the Go JSON of V1 and of V2 with checksum 0 (its first member), each
+    encoded once: what `gojson.dumps` gives for the whole document with both checksums
+    filled in, byte for byte, without encoding V1 and V2 a second time (every checkpoint
+    write is on the path of a Prepare)."""
+    if not v2_hashed.startswith(_V2_HASHED_HEAD):
+        raise ValueError("v2 must start with its checksum member")
+    top = checksum(b'{"checksum":0,"v1":' + v1_text + b"}")
+    v2_text = b'{"checksum":%d' % checksum(v2_hashed) + v2_hashed[len(_V2_HASHED_HEAD):]
+    return b'{"checksum":%d,"v1":%s,"v2":%s}' % (top, v1_text, v2_text)
 
 
 def _claim_v1(entry: ClaimEntry) -> dict[str, Any]:

@@ -75,6 +75,8 @@ JSON_PATCH = "application/json-patch+json"
 # A missing clique is created by the daemon of the first of these slots (spread over the
 # constructor's `create_stagger_s`).
 CREATE_SLOTS = 16
+# A slot is at least this many API round trips long (a read, then a create that lands).
+CREATE_SLOT_ROUND_TRIPS = 3
 
 
 class CliqueMembership(OptimisticWriter):
@@ -268,13 +270,21 @@ class CliqueMembership(OptimisticWriter):
     async def join(self, ip: str) -> int:
         """Insert or refresh our entry; returns our index (stable across restarts)."""
         self.ip = ip
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         obj = await self._read()
         if obj is None and self.create_stagger_s > 0:
             # Every daemon of a new domain starts at once and finds no clique: all but
             # one create would be lost (a wasted write each). Each node waits its own
             # slot and reads again, so the first slot's daemon creates and the rest append.
+            # A slot lasts at least CREATE_SLOT_ROUND_TRIPS of the read just made: on a
+            # loaded API server a create takes longer to land, and slots measured in its
+            # round trips lose as few creates as on an idle one.
+            round_trip = loop.time() - started
+            spacing = max(self.create_stagger_s / CREATE_SLOTS,
+                          CREATE_SLOT_ROUND_TRIPS * round_trip)
             slot = zlib.crc32(self.node_name.encode()) % CREATE_SLOTS
-            await asyncio.sleep(slot * self.create_stagger_s / CREATE_SLOTS)
+            await asyncio.sleep(slot * spacing)
             obj = await self._read()
         for _ in range(MAX_ATTEMPTS):
             if obj is None:

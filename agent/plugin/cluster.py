@@ -60,12 +60,15 @@ class ClusterView:
         # The watched objects parsed once per version: a waiting Prepare reads them on
         # every wake-up.
         self._nodes = ParsedCache(K8sObject)
+        # A label write starts from the watched Node instead of a GET (nodeops.py).
+        self.node.watched = self._watched_node
         self._cliques = ParsedCache(ComputeDomainClique)
         self._cds = ParsedCache(StoredComputeDomain)
         # cd uid -> the watch of what tells this node's readiness in that domain, and the
         # loop time it was last asked for (a watch nobody waits on ends after a grace).
         self._followed: dict[str, Informer] = {}
         self._asked: dict[str, float] = {}
+        self.follow_grace_s = FOLLOW_GRACE_S  # how long a watch nobody asks for stays
         self._version = 0
         self._changed = asyncio.Event()
 
@@ -145,14 +148,17 @@ class ClusterView:
         if informer is not None:
             informer.stop()
 
-    def done_waiting(self, cd_uid: str, grace: float = FOLLOW_GRACE_S) -> None:
+    def done_waiting(self, cd_uid: str, grace: float | None = None) -> None:
         """A Prepare no longer waits on `cd_uid`'s readiness: end its watch once nobody
-        asked for it for `grace` seconds. A node whose claims are prepared has no use for
-        its peers' joins and readiness flips; watching them would make its cost grow with
-        its clique's activity for as long as its workload runs."""
+        asked for it for `grace` seconds (default `follow_grace_s`). A node whose claims
+        are prepared has no use for its peers' joins and readiness flips; watching them
+        would make its cost grow with its clique's activity for as long as its workload
+        runs."""
         asked = self._asked.get(cd_uid)
         if asked is None:
             return
+        if grace is None:
+            grace = self.follow_grace_s
 
         def expire() -> None:
             if self._asked.get(cd_uid) == asked:
@@ -192,17 +198,27 @@ class ClusterView:
     async def read_pod(self, namespace: str, name: str) -> Pod:
         return await self.node.read_pod(namespace, name)
 
+    def _watched_node(self) -> K8sObject | None:
+        """This Node as its watch last delivered it (None before the first listing)."""
+        return self._nodes.get(self.node_object.items, self._node_name)
+
     async def add_cd_label(self, cd_uid: str) -> None:
         """The label, unless the watched Node already carries it: a Prepare waiting for
         readiness comes back here on every wake-up, and must not GET the Node each time."""
-        node = self._nodes.get(self.node_object.items, self._node_name)
+        node = self._watched_node()
         if node is not None and node.label(names.LABEL_COMPUTE_DOMAIN) == cd_uid:
             return
         await self.node.add_cd_label(cd_uid)
 
     async def remove_cd_label(self, cd_uid: str) -> None:
-        """No channel claim of the domain is left here: nor is there anything to follow."""
-        self.unfollow(cd_uid)
+        """No channel claim of the domain is left here: nor is there anything to follow,
+        so its watch ends after the grace (`done_waiting`), not at once: the next Prepare
+        of the domain here (a pod replaced on the node) would otherwise start a new watch
+        and wait for its LIST, a round trip and a thread start on its path (and the ended
+        watch's thread and connection linger until the server's next event or bookmark;
+        tests/bench/bench_prepare.py). A Prepare that gave up waiting called no
+        `done_waiting`: this one still ends its watch."""
+        self.done_waiting(cd_uid)
         await self.node.remove_cd_label(cd_uid)
 
     async def compute_domain(self, uid: str, namespace: str | None = None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.checkpoint.checksum import checksum, fnv1a32, spew_bytes
 from agent.checkpoint.gojson import GoFloat, GoJSONError, dumps, go_float, loads
@@ -96,3 +98,19 @@ def test_spew_rendering_and_fnv():
     assert fnv1a32(b"") == 0x811C9DC5
     assert fnv1a32(b"a") == 0xE40C292C  # the published FNV-1a 32 test value
     assert checksum(b'{"checksum":0,"v1":{}}') == 1083090442
+
+
+def test_checksum_is_fnv1a_of_the_spew_text_for_every_byte_and_length():
+    """`checksum` hashes a byte (one spew token) per step: it must equal the plain
+    definition for every byte value, at every position of its unrolled loop."""
+    every = bytes(range(256))
+    for data in [b"", b"\x00", b"\xff", every, every[::-1],
+                 *(every[shift:] + every[:shift] for shift in range(1, 9)),
+                 *(every[:length] for length in range(1, 12))]:
+        assert checksum(data) == fnv1a32(spew_bytes(data)), data[:12]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=700))
+def test_checksum_is_fnv1a_of_the_spew_text(data):
+    assert checksum(data) == fnv1a32(spew_bytes(data))

@@ -17,6 +17,7 @@ from agent.checkpoint import (
     PreparedGroup,
     decode,
     encode,
+    gojson,
 )
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -118,6 +119,15 @@ def test_encode_decode_round_trip(cp):
     data = encode(cp)
     assert decode(data) == cp
     assert encode(decode(data)) == data
+
+
+@SETTINGS
+@given(checkpoints)
+def test_the_file_is_the_go_json_of_the_whole_document(cp):
+    """encode assembles the file from V1 and V2 encoded once each: the result must be what
+    Go's json.Marshal writes for the whole document."""
+    data = encode(cp)
+    assert gojson.dumps(gojson.loads(data)) == data
 
 
 @SETTINGS

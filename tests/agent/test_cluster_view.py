@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from eventually import eventually_async
 from kubernetes import client
 
+from agent.plugin.claim_errors import RetryableError
 from agent.plugin.cluster import ClusterView
 from api import names
 from runtime.draclient import DraApi
@@ -150,6 +152,120 @@ def test_a_watch_nobody_waits_on_ends_after_the_grace(k8s, project_crds) -> None
             await eventually_async(lambda: "cd-1" not in view.followed, "cd-1's watch ended",
                                    interval=0.05)
             assert view.followed == ["cd-2"] and informer._stop.is_set()
+        finally:
+            view.stop()
+
+    asyncio.run(scenario())
+
+
+class _CountingCore:
+    """The agent's core/v1 client, counting the Node reads and patches it makes."""
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+        self.reads = 0
+        self.patches = 0
+
+    def read_node(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return self._core.read_node(*args, **kwargs)
+
+    def patch_node(self, *args: Any, **kwargs: Any) -> Any:
+        self.patches += 1
+        return self._core.patch_node(*args, **kwargs)
+
+
+def _label(core: client.CoreV1Api) -> str | None:
+    return (core.read_node(NODE).metadata.labels or {}).get(names.LABEL_COMPUTE_DOMAIN)
+
+
+def _watched_label(view: ClusterView) -> str | None:
+    node = view.node.watched()
+    return node.label(names.LABEL_COMPUTE_DOMAIN) if node is not None else None
+
+
+def test_a_label_write_starts_from_the_watched_node(k8s, project_crds) -> None:
+    """Prepare's label write is one PATCH, conditional on the resourceVersion the watch
+    saw; a watch behind the Node costs a 409 and a GET, never a wrong decision."""
+    core = client.CoreV1Api(k8s)
+    core.create_node({"metadata": {"name": NODE}})
+
+    async def scenario() -> None:
+        view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
+        counted = _CountingCore(view.node._core)
+        view.node._core = counted  # type: ignore[assignment]
+        view.start()
+        try:
+            await view.wait_synced(10)
+            await view.add_cd_label("cd-1")
+            assert (counted.reads, counted.patches) == (0, 1)
+            assert await asyncio.to_thread(_label, core) == "cd-1"
+
+            # The watch still shows cd-1's label, which is gone: a decision not to write
+            # (another domain's label) is never taken on the watch's copy, but on a read.
+            assert await view.node_object.wait_for(lambda: _watched_label(view) == "cd-1", 10)
+            stale = view.node.watched()
+            await view.node.remove_cd_label("cd-1")
+            view.node.watched = lambda: stale
+            counted.reads = counted.patches = 0
+            await view.node.add_cd_label("cd-2")
+            assert (counted.reads, counted.patches) == (1, 1)
+            assert await asyncio.to_thread(_label, core) == "cd-2"
+        finally:
+            view.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_stale_watch_never_writes_over_a_newer_node(k8s, project_crds) -> None:
+    core = client.CoreV1Api(k8s)
+    core.create_node({"metadata": {"name": NODE}})
+
+    async def scenario() -> None:
+        view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
+        counted = _CountingCore(view.node._core)
+        view.node._core = counted  # type: ignore[assignment]
+        view.start()
+        try:
+            await view.wait_synced(10)
+            unlabeled = view.node.watched()
+            assert unlabeled is not None
+            await asyncio.to_thread(core.patch_node, NODE, {"metadata": {"labels": {
+                names.LABEL_COMPUTE_DOMAIN: "other-cd"}}})
+            view.node.watched = lambda: unlabeled  # the watch has not seen that yet
+            with pytest.raises(RetryableError, match="different ComputeDomain"):
+                await view.node.add_cd_label("cd-1")
+            assert (counted.reads, counted.patches) == (1, 1)  # the 409, then the GET
+            assert await asyncio.to_thread(_label, core) == "other-cd"
+        finally:
+            view.stop()
+
+    asyncio.run(scenario())
+
+
+def test_an_unprepared_domain_is_watched_until_the_grace_ends(k8s, project_crds) -> None:
+    """The last Unprepare of a domain leaves its watch to the grace: a Prepare of the
+    domain right after it (a pod replaced on the node) finds it listed."""
+    core = client.CoreV1Api(k8s)
+    core.create_node({"metadata": {"name": NODE}})
+    core.create_namespace({"metadata": {"name": NS}})
+
+    async def scenario() -> None:
+        view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
+        view.start()
+        try:
+            await view.wait_synced(10)
+            await view.follow("cd-1", "c1")
+            informer = view._followed["cd-1"]
+            await view.remove_cd_label("cd-1")
+            assert view.followed == ["cd-1"]
+            await view.follow("cd-1", "c1")  # the next Prepare: the same, listed watch
+            assert view._followed["cd-1"] is informer and informer.synced.is_set()
+            view.follow_grace_s = 0.05
+            await view.remove_cd_label("cd-1")
+            await eventually_async(lambda: view.followed == [], "cd-1's watch ended",
+                                   interval=0.05)
+            assert informer.stopped
         finally:
             view.stop()
 

@@ -24,6 +24,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "agent"))
+# plugin_env waits through tests/eventually.py, which conftest.py puts on the path for pytest.
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from plugin_env import NODE, AgentProcess, ClusterObjects, Kubelet, NodeEnv  # noqa: E402
