@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from agent.daemon.readiness import CtlRunner
 
 PROG = "compute-domain-agent"
+# What `compute-domain-agent --help` tells an admin (the module docstring is for developers).
+DESCRIPTION = (
+    "The node agent of the compute-domain.nvidia.com DRA driver: the kubelet plugin that "
+    "prepares ComputeDomain channel and daemon claims on this node, and the IMEX daemon "
+    "of driver-managed ComputeDomains. Run `compute-domain-agent COMMAND --help` for a "
+    "command's flags.")
 # The kubernetes API classes the plugin calls (agent/plugin/cluster.py, nodeops.py,
 # slices.py, runtime/draclient.py, runtime/events.py).
 _PLUGIN_API_CLASSES = ("ApisApi", "CustomObjectsApi")
@@ -258,7 +264,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_program(PROG, __doc__, argv, add_commands)
+    return run_program(PROG, DESCRIPTION, argv, add_commands)
 
 
 if __name__ == "__main__":

@@ -433,6 +433,14 @@ class DemoOptions:
     sim_workers: int = 1  # in-process mode: worker processes the nodes run in
 
 
+def _imex_where(opts: DemoOptions) -> str:
+    """Where the demo's IMEX runs, for its first line: a host-managed domain's IMEX is the
+    host's own nvidia-imex service, whatever the placement of driver-managed ones."""
+    if opts.mode == "hostManaged":
+        return "IMEX on the host"
+    return f"IMEX in the {opts.imex_placement}"
+
+
 async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoResult:
     """Everything the `demo` command does; never raises for a failed step."""
     result = DemoResult()
@@ -474,7 +482,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         }
         say(
             f"cluster up: {len(layout)} nodes, {cluster.spec.clique_count} clique(s), "
-            f"{opts.mode} (IMEX in the {opts.imex_placement}), {opts.control_plane} control "
+            f"{opts.mode} ({_imex_where(opts)}), {opts.control_plane} control "
             f"plane {result.server_version}, "
             f"API {cluster.url} ({result.cluster['startSeconds']:.1f}s)"
         )

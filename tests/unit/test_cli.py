@@ -57,3 +57,21 @@ def test_the_daemon_probe_does_not_load_the_kubernetes_client():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=60, env={"PATH": "/usr/bin:/bin"}, check=True)  # fmt: skip
     assert out.stdout.splitlines()[-1] == "0 []"
+
+
+def test_the_agent_help_describes_the_agent_for_an_admin():
+    """`compute-domain-agent --help` says what the program is, not how its code is built."""
+    proc = subprocess.run([BIN / "compute-domain-agent", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "node agent of the compute-domain.nvidia.com DRA driver" in out
+    assert "handlers" not in out and "process-global" not in out
+
+
+def test_the_host_managed_demo_says_imex_runs_on_the_host():
+    from sim.cluster.demo import DemoOptions, _imex_where
+
+    assert _imex_where(DemoOptions(mode="hostManaged")) == "IMEX on the host"
+    assert _imex_where(DemoOptions()) == "IMEX in the pod"
+    assert _imex_where(DemoOptions(imex_placement="agent")) == "IMEX in the agent"
