@@ -1,7 +1,11 @@
 # syntax=docker/dockerfile:1
 # The driver's image: the single-file agent and controller on a small Debian base.
 #
-#   docker build -t compute-domain-driver:0.1.0 .
+#   make image        # = docker build --build-arg VERSION=<version> -t <repository>:v<version> .
+#
+# `make -s print-image` names the reference it tags: the Helm chart's default image
+# (image.repository, and image.tag empty = v<appVersion>). VERSION defaults to api/version.py's
+# (tests/packaging/test_image.py holds them equal).
 #
 # The same image serves the kubelet-plugin DaemonSet (`compute-domain-agent plugin`), the
 # per-ComputeDomain IMEX daemon pods (`compute-domain-agent daemon run|check`) and the

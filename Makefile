@@ -6,7 +6,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test e2e demo lint unit proto bench binary binaries bundle clean k8s helm manifests refsuite
+.PHONY: test e2e demo lint unit proto bench binary binaries bundle clean k8s helm manifests refsuite \
+	image image-push image-save print-image
 
 # The pinned upstream Kubernetes components (upstream/: one Go module, one binary that
 # dispatches to etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl),
@@ -104,6 +105,46 @@ binary: $(STAMP)
 # The agent and the controller (what the container image ships).
 binaries: $(STAMP)
 	$(PY) packaging/pyinstaller/build.py --dist dist --target all
+
+# The container image (Dockerfile): one image for the controller, the kubelet plugin and the
+# IMEX daemon pods. Its reference is the chart's default one, <repository>:v<version>, with the
+# version from api/version.py (Chart.yaml's appVersion is held equal to it by
+# tests/packaging/test_helm_chart.py, and the chart's empty image.tag means v<appVersion>).
+# For a private registry: make image image-push IMAGE_REPOSITORY=registry.example.com/cd, then
+# helm --set image.repository=registry.example.com/cd (the tag needs no setting).
+# Not part of `make test`: it needs docker or podman (CONTAINER_TOOL=...).
+VERSION          := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' api/version.py)
+IMAGE_REPOSITORY ?= nvcr.io/nvidia/compute-domain-driver
+IMAGE_TAG        ?= v$(VERSION)
+IMAGE            := $(IMAGE_REPOSITORY):$(IMAGE_TAG)
+IMAGE_ARCHIVE    ?= dist/compute-domain-driver-$(IMAGE_TAG).tar
+CONTAINER_TOOL   ?= $(firstword $(foreach tool,docker podman,$(if $(shell command -v $(tool) 2>/dev/null),$(tool))))
+need_container_tool = @test -n "$(CONTAINER_TOOL)" || { echo "make $@ needs a container engine: install Docker \
+(https://docs.docker.com/engine/install/) or Podman (https://podman.io/docs/installation), \
+or name one with CONTAINER_TOOL=..." >&2; exit 1; }; \
+	$(CONTAINER_TOOL) info >/dev/null 2>&1 || { echo "make $@: $(CONTAINER_TOOL) is installed \
+but its engine does not answer ($(CONTAINER_TOOL) info fails): start it (systemctl start docker) \
+or use another with CONTAINER_TOOL=..." >&2; exit 1; }
+
+# The image reference `make image` tags (the test of the chart's default image reads it).
+print-image:
+	@echo $(IMAGE)
+
+image:
+	$(need_container_tool)
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+image-push:
+	$(need_container_tool)
+	$(CONTAINER_TOOL) push $(IMAGE)
+
+# One file to carry into an air-gapped site: `ctr -n k8s.io images import` (containerd),
+# `podman load -i` (CRI-O) or `docker load -i` on each node (README, "Air-gapped install").
+image-save:
+	$(need_container_tool)
+	@mkdir -p $(dir $(IMAGE_ARCHIVE))
+	$(CONTAINER_TOOL) save -o $(IMAGE_ARCHIVE) $(IMAGE)
+	@echo "wrote $(IMAGE_ARCHIVE) ($(IMAGE))"
 
 # dist/bundle: binary + systemd unit + env file + install.sh, to carry to an air-gapped host.
 bundle: binary

@@ -5,6 +5,7 @@ refuses. The install into a running cluster is tests/sim/test_helm_install.py.""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from api.version import __version__
 from sim.cluster import manifests
 
 CHART = str(manifests.CHART_DIR)
-REFERENCE_VALUES = Path(__file__).resolve().parents[1] / "data" / "reference-chart" / "values.yaml"
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE_VALUES = REPO / "tests" / "data" / "reference-chart" / "values.yaml"
 RELEASE = NS = "dra-driver-nvidia-gpu"
 
 # What the reference chart renders for the ComputeDomain part of release
@@ -345,6 +347,119 @@ def test_the_reference_values_file_renders_once_gpus_are_off(helm_bin: Path) -> 
     assert {key(o) for o in objects} >= REFERENCE_NAMES
     image = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.1.0"
     assert pod_spec(objects, "Deployment")["containers"][0]["image"] == image
+    # gpuCliqueLabelEnabled is used; consumableShares (the GPU plugin's) has no effect.
+    agent = env(pod_spec(objects, "DaemonSet")["containers"][0])
+    assert agent[names.ENV_GPU_CLIQUE_LABEL_ENABLED] == "true"
+    assert "CONSUMABLE_SHARES" not in yaml.safe_dump_all(objects)
+    done = helm(helm_bin, "lint", "--strict", CHART, "--namespace", NS, "-f", str(REFERENCE_VALUES),
+                "--set", "resources.gpus.enabled=false")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def key_paths(values: Obj, prefix: str = "") -> set[str]:
+    out = set()
+    for name, value in values.items():
+        path = f"{prefix}.{name}" if prefix else name
+        out.add(path)
+        if isinstance(value, dict):
+            out |= key_paths(value, path)
+    return out
+
+
+def test_every_key_of_the_reference_values_is_in_ours() -> None:
+    """Each reference key is in our values.yaml, whose comment says what it does here (or
+    that it is accepted with no effect)."""
+    ours = yaml.safe_load((manifests.CHART_DIR / "values.yaml").read_text())
+    reference = yaml.safe_load(REFERENCE_VALUES.read_text())
+    assert key_paths(reference) - key_paths(ours) == set()
+
+
+def test_gpu_clique_label_is_off_unless_enabled(helm_bin: Path) -> None:
+    agent = env(pod_spec(render(helm_bin), "DaemonSet")["containers"][0])
+    assert agent[names.ENV_GPU_CLIQUE_LABEL_ENABLED] == "false"
+    objects = render(helm_bin, "--set",
+                     "kubeletPlugin.containers.computeDomains.gpuCliqueLabelEnabled=true")
+    agent = env(pod_spec(objects, "DaemonSet")["containers"][0])
+    assert agent[names.ENV_GPU_CLIQUE_LABEL_ENABLED] == "true"
+
+
+def make_print_image(*overrides: str) -> str:
+    done = subprocess.run(["make", "-s", "--no-print-directory", "print-image", *overrides],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def images(objects: list[Obj]) -> set[str]:
+    """Every image the chart runs: its containers' and the IMEX daemon pods' (IMAGE_NAME)."""
+    out = set()
+    for kind in ("Deployment", "DaemonSet"):
+        spec = pod_spec(objects, kind)
+        out |= {c["image"] for c in spec["containers"] + spec.get("initContainers", [])}
+    out.add(env(pod_spec(objects, "Deployment")["containers"][0])["IMAGE_NAME"])
+    return out
+
+
+def test_the_default_image_is_the_one_make_image_tags(helm_bin: Path) -> None:
+    tagged = make_print_image()
+    assert tagged == f"nvcr.io/nvidia/compute-domain-driver:v{__version__}"
+    assert images(render(helm_bin)) == {tagged}
+    # A private registry: the same repository in make and helm, the tag left to the chart.
+    tagged = make_print_image("IMAGE_REPOSITORY=registry.example.com/gpu/cd")
+    assert tagged == f"registry.example.com/gpu/cd:v{__version__}"
+    objects = render(helm_bin, "--set", "image.repository=registry.example.com/gpu/cd")
+    assert images(objects) == {tagged}
+
+
+# The values the reference's templates take through `with` or `toYaml`, so null works there
+# (its own tests install with --set controller.affinity=null).
+NULLABLE = [
+    "selectorLabelsOverride", "imagePullSecrets", "serviceAccount.annotations", "featureGates",
+    "webhook.strategy", "webhook.podAnnotations", "webhook.podSecurityContext",
+    "webhook.nodeSelector", "webhook.tolerations", "webhook.affinity",
+    "webhook.containers.webhook.securityContext", "webhook.containers.webhook.resources",
+    "webhook.tls.certManager.dnsNames",
+    "controller.podAnnotations", "controller.podSecurityContext", "controller.nodeSelector",
+    "controller.tolerations", "controller.affinity",
+    "controller.containers.computeDomain.securityContext",
+    "controller.containers.computeDomain.env", "controller.containers.computeDomain.resources",
+    "kubeletPlugin.updateStrategy", "kubeletPlugin.podAnnotations",
+    "kubeletPlugin.podSecurityContext", "kubeletPlugin.nodeSelector", "kubeletPlugin.tolerations",
+    "kubeletPlugin.affinity", "kubeletPlugin.containers.init.securityContext",
+    "kubeletPlugin.containers.init.resources", "kubeletPlugin.containers.computeDomains.env",
+    "kubeletPlugin.containers.computeDomains.securityContext",
+    "kubeletPlugin.containers.computeDomains.resources", "kubeletPlugin.containers.gpus.env",
+    "kubeletPlugin.containers.gpus.securityContext", "kubeletPlugin.containers.gpus.resources",
+]
+
+
+@pytest.mark.parametrize("path", NULLABLE)
+def test_null_installs_and_upgrades_with_reuse_values(
+    helm_bin: Path, path: str, tmp_path: Path
+) -> None:
+    """`helm install --set <path>=null`, then `helm upgrade --reuse-values`: helm's upgrade
+    renders the chart with the first install's values as the chart's defaults (where the null
+    removed the key) and the stored `--set` values over them, so the null reaches the schema
+    and the templates. Rendering a copy of the chart so prepared is what that upgrade does."""
+    render(helm_bin, "--set", f"{path}=null")
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    *parents, leaf = path.split(".")
+    defaults = yaml.safe_load((chart / "values.yaml").read_text())
+    stored: Obj = {}
+    node, user = defaults, stored
+    for name in parents:
+        node, user = node[name], user.setdefault(name, {})
+    del node[leaf]
+    user[leaf] = None
+    (chart / "values.yaml").write_text(yaml.safe_dump(defaults))
+    (tmp_path / "stored.yaml").write_text(yaml.safe_dump(stored))
+    done = helm(helm_bin, "template", RELEASE, str(chart), "--namespace", NS,
+                "-f", str(tmp_path / "stored.yaml"))
+    assert done.returncode == 0, done.stderr
+    for obj in yaml.safe_load_all(done.stdout):
+        if obj:
+            kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from api.version import __version__
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 
@@ -90,3 +92,9 @@ def test_build_context_has_every_source_and_nothing_else():
     for package in ("agent", "api", "cdi", "controller", "runtime", "packaging/pyinstaller"):
         assert package in copied
     assert "sim" not in copied and "tests" not in copied
+
+
+def test_version_label_is_the_projects():
+    """`make image` passes VERSION; a plain `docker build` gets the same from the default."""
+    args = dict(a.split("=", 1) for w, a in instructions() if w == "ARG" and "=" in a)
+    assert args["VERSION"] == __version__
