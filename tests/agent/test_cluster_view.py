@@ -5,6 +5,8 @@ domains are looked up when a claim names them, and read again for liveness decis
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -184,6 +186,20 @@ def _watched_label(view: ClusterView) -> str | None:
     return node.label(names.LABEL_COMPUTE_DOMAIN) if node is not None else None
 
 
+@contextlib.asynccontextmanager
+async def _counted_view(k8s: Any) -> AsyncIterator[tuple[ClusterView, _CountingCore]]:
+    """A started, synced ClusterView of NODE whose Node reads and patches are counted."""
+    view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
+    counted = _CountingCore(view.node._core)
+    view.node._core = counted  # type: ignore[assignment]
+    view.start()
+    try:
+        await view.wait_synced(10)
+        yield view, counted
+    finally:
+        view.stop()
+
+
 def test_a_label_write_starts_from_the_watched_node(k8s, project_crds) -> None:
     """Prepare's label write is one PATCH, conditional on the resourceVersion the watch
     saw; a watch behind the Node costs a 409 and a GET, never a wrong decision."""
@@ -191,12 +207,7 @@ def test_a_label_write_starts_from_the_watched_node(k8s, project_crds) -> None:
     core.create_node({"metadata": {"name": NODE}})
 
     async def scenario() -> None:
-        view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
-        counted = _CountingCore(view.node._core)
-        view.node._core = counted  # type: ignore[assignment]
-        view.start()
-        try:
-            await view.wait_synced(10)
+        async with _counted_view(k8s) as (view, counted):
             await view.add_cd_label("cd-1")
             assert (counted.reads, counted.patches) == (0, 1)
             assert await asyncio.to_thread(_label, core) == "cd-1"
@@ -211,8 +222,6 @@ def test_a_label_write_starts_from_the_watched_node(k8s, project_crds) -> None:
             await view.node.add_cd_label("cd-2")
             assert (counted.reads, counted.patches) == (1, 1)
             assert await asyncio.to_thread(_label, core) == "cd-2"
-        finally:
-            view.stop()
 
     asyncio.run(scenario())
 
@@ -222,12 +231,7 @@ def test_a_stale_watch_never_writes_over_a_newer_node(k8s, project_crds) -> None
     core.create_node({"metadata": {"name": NODE}})
 
     async def scenario() -> None:
-        view = ClusterView(k8s, DraApi(k8s), NODE, NS, cliques_enabled=True)
-        counted = _CountingCore(view.node._core)
-        view.node._core = counted  # type: ignore[assignment]
-        view.start()
-        try:
-            await view.wait_synced(10)
+        async with _counted_view(k8s) as (view, counted):
             unlabeled = view.node.watched()
             assert unlabeled is not None
             await asyncio.to_thread(core.patch_node, NODE, {"metadata": {"labels": {
@@ -237,8 +241,6 @@ def test_a_stale_watch_never_writes_over_a_newer_node(k8s, project_crds) -> None
                 await view.node.add_cd_label("cd-1")
             assert (counted.reads, counted.patches) == (1, 1)  # the 409, then the GET
             assert await asyncio.to_thread(_label, core) == "other-cd"
-        finally:
-            view.stop()
 
     asyncio.run(scenario())
 
