@@ -198,6 +198,35 @@ def test_a_waiting_claim_names_the_daemon_entry_and_where_to_look(
         thread.close()
 
 
+def test_a_node_labelled_for_another_domain_leaves_no_spec_behind(
+    apiserver, cluster, short_dir, tmp_path
+):
+    """The label write is in flight while the claim's CDI spec is written: when it is
+    refused (the node still serves another domain), the claim waits with the reference's
+    words and the spec written beside it is gone, so no file names a claim not prepared."""
+    node = NodeEnv(short_dir / "node", extra_args=["--prepare-timeout", "1s"])
+    thread = AgentThread(node.config(apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        kubelet = Kubelet(node)
+        other = cluster.compute_domain("cd-other")["metadata"]["uid"]
+        cluster.core.patch_node(NODE, {"metadata": {"labels": {
+            names.LABEL_COMPUTE_DOMAIN: other}}})
+        _, claim = ready_channel_claim(cluster, node)
+        uid = claim["metadata"]["uid"]
+        reason = waiting_reason(kubelet.prepare([claim]), uid)
+        assert "label already exists for a different ComputeDomain" in reason, reason
+        assert not [f for f in node.cdi_files() if uid in f], node.cdi_files()
+        assert cluster.node_labels(NODE)[names.LABEL_COMPUTE_DOMAIN] == other
+        # Once the other domain's label is gone, the same claim prepares and has its spec.
+        cluster.core.patch_node(NODE, {"metadata": {"labels": {
+            names.LABEL_COMPUTE_DOMAIN: None}}})
+        eventually(lambda: kubelet.prepare([claim]).claims[uid].error == "",
+                   "Prepare once the node is free")
+        assert read_spec(node, uid)["devices"][0]["containerEdits"]["deviceNodes"]
+    finally:
+        thread.close()
+
+
 def ready_channel_claim(
     cluster, node, name="wl", mode="Single", device="channel-0", namespace="default", cd_name="cd1"
 ):
