@@ -156,6 +156,7 @@ k8s: $(K8S_DIR)/.linked $(K8S_DIR)/cri/.generated
 # own api.proto in Go's module cache, and the SPDY/3 header dictionary of its streaming
 # server, from the pinned github.com/moby/spdystream (nothing copied into the repository).
 $(K8S_DIR)/cri/.generated: $(K8S_BIN) $(STAMP) sim/cri/protos.py
+	@echo "make k8s: generating the CRI v1 stubs and the SPDY/3 dictionary into $(K8S_DIR)/cri"
 	$(PY) -m sim.cri.protos $(K8S_DIR)/cri \
 		"$$(cd upstream && go list -m -f '{{.Dir}}' k8s.io/cri-api)/pkg/apis/runtime/v1/api.proto" \
 		"$$(cd upstream && go list -m -f '{{.Dir}}' github.com/moby/spdystream)"
@@ -164,11 +165,17 @@ $(K8S_DIR)/cri/.generated: $(K8S_BIN) $(STAMP) sim/cri/protos.py
 $(K8S_BIN): upstream/go.mod upstream/go.sum $(wildcard upstream/*.go)
 	@command -v go >/dev/null || { echo "make k8s needs Go (see upstream/go.mod for the version)" >&2; exit 1; }
 	@mkdir -p $(K8S_DIR)
-	cd upstream && go build -trimpath -buildvcs=false -ldflags '$(K8S_LDFLAGS)' -o ../$(K8S_BIN).tmp .
+	@echo "make k8s: building $(K8S_BIN), one binary for $(K8S_TOOLS) (a cold Go build cache takes minutes)"
+	@start=$$(date +%s); \
+	( n=0; while sleep 1; do n=$$((n + 1)); [ $$((n % 30)) -ne 0 ] || echo "make k8s: still building ($$(( $$(date +%s) - start ))s)"; done ) & ticker=$$!; \
+	(cd upstream && go build -trimpath -buildvcs=false -ldflags '$(K8S_LDFLAGS)' -o ../$(K8S_BIN).tmp .); \
+	status=$$?; kill $$ticker 2>/dev/null; \
+	[ $$status -eq 0 ] || exit $$status; \
+	echo "make k8s: built $(K8S_BIN) in $$(( $$(date +%s) - start ))s"
 	mv $(K8S_BIN).tmp $(K8S_BIN)
 
 $(K8S_DIR)/.linked: $(K8S_BIN)
-	cd $(K8S_DIR) && for tool in $(K8S_TOOLS); do ln -sf upstream $$tool; done
+	@cd $(K8S_DIR) && for tool in $(K8S_TOOLS); do ln -sf upstream $$tool && echo "make k8s: linked $(K8S_DIR)/$$tool"; done
 	@touch $@
 
 helm: $(HELM_BIN)

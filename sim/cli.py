@@ -341,6 +341,7 @@ def _run_up(args: argparse.Namespace) -> int:
     import tempfile
 
     from sim.cluster.cluster import ClusterSpec, new_cluster
+    from sim.progress import Progress
 
     if error := _cluster_error(args):
         print(f"{PROG}: {error}", file=sys.stderr)
@@ -367,6 +368,7 @@ def _run_up(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         cluster = new_cluster(ClusterSpec(**kwargs))
+        cluster.on_progress = Progress("cluster start").update
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -17,7 +17,10 @@ import orjson
 
 from sim.apiserver.resources import ResourceInfo, ResourceRegistry
 
-V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+# kubectl asks for `...spec.v2@v1.0+protobuf`; kube-apiserver answers the `.v1.0` spelling,
+# the only one Go's mime parser accepts ("@" makes kubectl fail every client-side
+# validation with "mime: unexpected content after media subtype").
+V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 _FIELD_VALIDATION = {
     "name": "fieldValidation",
     "in": "query",

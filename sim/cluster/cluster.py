@@ -251,6 +251,9 @@ class SimNode:
 class SimCluster:
     """Start with `await start()`, stop with `await stop()`; everything in between is real."""
 
+    # Told how far the start's wait got (the CLI passes sim/progress.py's throttle).
+    on_progress: Callable[[str], object] | None = None
+
     def __init__(self, spec: ClusterSpec) -> None:
         spec.validate()
         self.spec = spec
@@ -549,7 +552,8 @@ class SimCluster:
             await self._wait_workers_ready(self.workers, deadline, timeout)
             await self.controller.wait_ready(max(0.1, deadline - time.monotonic()))
             return
-        for node in self.nodes.values():
+        for done, node in enumerate(self.nodes.values()):
+            self._progress(done)
             left = max(0.1, deadline - time.monotonic())
             try:
                 await node.kubelet.watcher.wait_registered(names.DRIVER_NAME, timeout=left)
@@ -568,6 +572,7 @@ class SimCluster:
             missing = [n for n in self.nodes if n not in workers.registered()]
             if not missing:
                 return
+            self._progress(len(self.nodes) - len(missing))
             gone = workers.gone()
             if gone or time.monotonic() > deadline:
                 why = (f"a sim worker exited: {gone[0]}" if gone
@@ -578,6 +583,10 @@ class SimCluster:
                     + _tail(log_path)
                 )
             await workers.changed(min(0.5, max(0.01, deadline - time.monotonic())))
+
+    def _progress(self, registered: int) -> None:
+        if self.on_progress is not None:
+            self.on_progress(f"{registered}/{len(self.nodes)} agents registered with kubelet")
 
     def _in_process_only(self, what: str) -> None:
         if self.workers is not None:

@@ -36,6 +36,7 @@ from sim.cluster import example
 from sim.cluster.cluster import ClusterSpec, SimCluster, new_cluster
 from sim.cluster.evidence import EvidenceChain, Snapshot
 from sim.cluster.leftovers import cdi_leftovers, object_leftovers, process_leftovers
+from sim.progress import Progress
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -199,6 +200,21 @@ async def wait_ready(
             await watch.changed(POLL - MIN_GAP)
         else:
             await asyncio.sleep(POLL)
+
+
+def ready_reporter(progress: Progress | None = None) -> Callable[[EvidenceChain], None]:
+    """wait_ready's on_progress for a long bring-up: each domain's first missing link with
+    its count (`IMEX daemon pods running 37/144`), on stderr at most every few seconds."""
+    shown = progress or Progress("waiting for ready")
+    latest: dict[str, str] = {}
+
+    def report(chain: EvidenceChain) -> None:
+        link = chain.first_missing()
+        latest[f"{chain.namespace}/{chain.name}"] = (
+            "ready" if link is None else f"{link.title} {link.count}".strip())
+        shown.update("; ".join(f"{name}: {text}" for name, text in latest.items()))
+
+    return report
 
 
 def _not_ready(chains: Sequence[EvidenceChain], timeout: float) -> StepError:
@@ -461,6 +477,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
     if opts.agent_program is not None:
         spec_kwargs["agent_program"] = opts.agent_program
     cluster = new_cluster(ClusterSpec(**spec_kwargs))
+    cluster.on_progress = Progress("cluster start").update
     watch: ClusterWatch | None = None
     say = (lambda text: print(text, file=progress, flush=True)) if progress else (lambda _t: None)
     step = "cluster start"
@@ -514,7 +531,7 @@ async def run_demo(opts: DemoOptions, progress: TextIO | None = None) -> DemoRes
         result.chains = chains
         step = "wait for ready"
         result.time_to_ready_s = round(
-            await wait_ready(cluster, chains, opts.timeout, watch=watch), 3
+            await wait_ready(cluster, chains, opts.timeout, ready_reporter(), watch=watch), 3
         )
         result.readiness_flaps = watch.flaps.count
         after = await user_stats(cluster)

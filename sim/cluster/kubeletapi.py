@@ -14,6 +14,8 @@ binary messages whose first byte is the stream (0 stdin, 1 stdout, 2 stderr, 3 t
 Status, 4 resize; in v5, 255 closes the stream named by the second byte). The command
 runs inside the container (`sandbox.SandboxExecutor.exec`); a non-zero exit is reported
 as kubelet reports it, so kubectl exits with the same code. No TTY: `-t` is refused.
+kube-apiserver itself (`--control-plane kubernetes`) asks for SPDY/3.1 instead, served by
+sim/cluster/kubeletspdy.py with the CRI streaming server's protocol code.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
+
+from sim.cluster import kubeletspdy
 
 # (namespace, pod) -> the pod's containers and log directory, or None if not on this node;
 # `alive` says whether the pod still runs (a follow ends with it).
@@ -55,14 +59,6 @@ class PodLogs:
         self.directory = directory
         self.alive = alive
         self.exec_in = exec_in
-
-
-# kube-apiserver speaks SPDY to kubelets (translating kubectl's WebSocket); this kubelet
-# does not, the real one does.
-SPDY_HINT = ("; this request asks for SPDY, which kube-apiserver speaks to kubelets and the "
-             "simulated kubelet does not: for kubectl exec on --control-plane kubernetes, run "
-             "the real kubelet (compute-domain-sim up --control-plane kubernetes --kubelet "
-             "upstream)")
 
 
 def _text(status: int, message: str) -> web.Response:
@@ -173,15 +169,17 @@ class KubeletServer:
         argv = request.query.getall("command", [])
         if not argv:
             return _text(400, "you must specify at least 1 command")
-        if request.query.get("tty") in ("1", "true"):
-            return _text(400, "a TTY is not supported by the simulated kubelet; leave out -t")
+        if kubeletspdy.flag(request, "tty"):
+            return _text(400, "a TTY is not supported by the simulated kubelet; leave out -t "
+                         "(or run the real kubelet: --control-plane kubernetes --kubelet upstream)")
+        if kubeletspdy.asks_for_spdy(request):  # kube-apiserver's way
+            return await kubeletspdy.serve_exec(request, container, argv, pod.exec_in)
         ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, max_msg_size=0)
         if not ws.can_prepare(request).ok:
-            spdy = "spdy" in request.headers.get("Upgrade", "").lower()
-            return _text(400, f"exec needs a WebSocket upgrade to {' or '.join(EXEC_PROTOCOLS)}"
-                         + (SPDY_HINT if spdy else ""))
+            return _text(400, "exec needs a WebSocket upgrade to "
+                         f"{' or '.join(EXEC_PROTOCOLS)}, or SPDY/3.1")
         await ws.prepare(request)
-        with_stdin = request.query.get("stdin") in ("1", "true")
+        with_stdin = kubeletspdy.flag(request, "input")
         try:
             proc = await pod.exec_in(container, argv, with_stdin)
         except Exception as err:

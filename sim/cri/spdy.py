@@ -22,6 +22,7 @@ import struct
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 VERSION = 3
 FLAG_FIN = 0x01
@@ -311,12 +312,22 @@ class Stream:
             await self.conn.send(RstStream(self.id, status))
 
 
+class Writer(Protocol):
+    """What a connection writes with: an asyncio StreamWriter, or the simulated kubelet's
+    adapter over the socket aiohttp accepted (sim/cluster/kubeletspdy.py)."""
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def is_closing(self) -> bool: ...
+    def close(self) -> None: ...
+    async def wait_closed(self) -> None: ...
+
+
 class Connection:
     """The server side of one SPDY/3.1 connection: `serve()` reads frames until the peer
     goes, `accept()` gives each stream the peer opens (the caller replies or resets)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 dictionary: bytes) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: Writer, dictionary: bytes) -> None:
         self.reader = reader
         self.writer = writer
         self._codec = HeaderCodec(dictionary)

@@ -209,40 +209,64 @@ class StreamingServer:
         if session is None:
             writer.write(_response(404, "Not Found", f"no streaming session at {path}"))
             return
-        if ("upgrade" not in ",".join(headers.get("connection", [])).lower()
-                or "spdy/3.1" not in ",".join(headers.get("upgrade", [])).lower()):
-            writer.write(_response(400, "Bad Request",
-                                   "unable to upgrade: missing upgrade headers in request "
-                                   "(this server speaks SPDY/3.1 only)"))
-            return
-        known = PORT_FORWARD if isinstance(session, PortForwardSession) else REMOTE_COMMAND
-        offered = [p.strip() for value in headers.get(PROTOCOL_HEADER, [])
-                   for p in value.split(",") if p.strip()]
-        protocol = next((p for p in offered if p in known), None)
-        if protocol is None:
-            accepted = "".join(f"X-Accepted-Stream-Protocol-Versions: {p}\r\n" for p in known)
-            writer.write(_response(403, "Forbidden", f"unable to upgrade: unable to negotiate "
-                                   f"protocol: client supports {offered}, server accepts "
-                                   f"{list(known)}", accepted))
+        protocol = negotiate(headers, session)
+        if isinstance(protocol, Refusal):
+            no = protocol
+            extra = "".join(f"{k}: {v}\r\n" for k, vs in no.headers.items() for v in vs)
+            writer.write(_response(no.code, no.reason, no.message, extra))
             return
         writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
                      b"Upgrade: SPDY/3.1\r\n"
                      + f"X-Stream-Protocol-Version: {protocol}\r\n\r\n".encode())
         assert self._dictionary is not None
-        conn = spdy.Connection(reader, writer, self._dictionary)
-        serving = asyncio.get_running_loop().create_task(conn.serve())
-        try:
-            if isinstance(session, PortForwardSession):
-                await _port_forward(conn, session)
-            else:
-                await _remote_command(conn, protocol, session)
-        finally:
-            current = asyncio.current_task()
-            stopping = current is not None and current.cancelling() > 0  # stop(): no wait
-            await conn.close(linger=0 if stopping else 5.0)
-            serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
+        await serve_upgraded(reader, writer, protocol, session, self._dictionary)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an upgrade request is not served: the HTTP answer to give instead."""
+
+    code: int
+    reason: str
+    message: str
+    headers: dict[str, list[str]]
+
+
+def negotiate(headers: dict[str, list[str]], session: Session) -> str | Refusal:
+    """The subprotocol to answer 101 with (the first the client offers that this server
+    knows), or the refusal: shared by this server and the simulated kubelet's own API."""
+    if ("upgrade" not in ",".join(headers.get("connection", [])).lower()
+            or "spdy/3.1" not in ",".join(headers.get("upgrade", [])).lower()):
+        return Refusal(400, "Bad Request", "unable to upgrade: missing upgrade headers in "
+                       "request (this server speaks SPDY/3.1 only)", {})
+    known = PORT_FORWARD if isinstance(session, PortForwardSession) else REMOTE_COMMAND
+    offered = [p.strip() for value in headers.get(PROTOCOL_HEADER, [])
+               for p in value.split(",") if p.strip()]
+    protocol = next((p for p in offered if p in known), None)
+    if protocol is None:
+        return Refusal(403, "Forbidden", f"unable to upgrade: unable to negotiate protocol: "
+                       f"client supports {offered}, server accepts {list(known)}",
+                       {"X-Accepted-Stream-Protocol-Versions": list(known)})
+    return protocol
+
+
+async def serve_upgraded(reader: asyncio.StreamReader, writer: spdy.Writer, protocol: str,
+                         session: Session, dictionary: bytes) -> None:
+    """Serve `session` over a connection already answered 101 with `protocol`."""
+    conn = spdy.Connection(reader, writer, dictionary)
+    serving = asyncio.get_running_loop().create_task(conn.serve())
+    try:
+        if isinstance(session, PortForwardSession):
+            await _port_forward(conn, session)
+        else:
+            await _remote_command(conn, protocol, session)
+    finally:
+        current = asyncio.current_task()
+        stopping = current is not None and current.cancelling() > 0  # stop(): no wait
+        await conn.close(linger=0 if stopping else 5.0)
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
 
 
 # --- remotecommand: exec and attach ------------------------------------------------------

@@ -164,3 +164,18 @@ def test_unknown_fields_are_refused_by_kubectl_create(kubectl, tmp_path):
     out = kubectl("create", "-f", str(tmp_path / "cd.yaml"), check=False)
     assert out.returncode != 0
     assert 'unknown field "spec.nodes"' in out.stderr
+
+
+@pytest.mark.parametrize("api_version", ["example.com/v1", "apps/v1", "v1"])
+def test_apply_of_an_unknown_kind_says_no_matches_as_kube_apiserver(kubectl, tmp_path, api_version):
+    # kubectl validates client-side against /openapi/v2 first: an answer whose Content-Type
+    # Go's mime parser rejects made this "mime: unexpected content after media subtype".
+    path = tmp_path / "f.yaml"
+    path.write_text(f"apiVersion: {api_version}\nkind: Frobnicator\nmetadata: {{name: x}}\n")
+    out = kubectl("apply", "-f", str(path), check=False)
+    assert out.returncode == 1
+    assert out.stderr == (
+        f'error: resource mapping not found for name: "x" namespace: "" from "{path}": '
+        f'no matches for kind "Frobnicator" in version "{api_version}"\n'
+        "ensure CRDs are installed first\n"
+    )

@@ -587,6 +587,9 @@ def test_kubectl_what_an_admin_types(pair: Pair, kubectl_bin: Any, tmp_path: Any
     bad = yaml.safe_dump(cd("bad") | {"metadata": {"name": "bad", "namespace": ns}}
                          | {"spec": {"numNodes": -1}})
     run("create invalid", "create", "-f", "-", stdin=bad)
+    for group_version in ("example.com/v1", "apps/v1"):
+        run(f"apply an unknown kind of {group_version}", "apply", "-f", "-",
+            stdin=f"apiVersion: {group_version}\nkind: Frobnicator\nmetadata: {{name: x}}\n")
     run("configmap apply", "apply", "-f", "-",
         stdin=f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: {ns}}}\n"
               "data: {a: '1'}\n")
