@@ -63,6 +63,7 @@ from runtime.kubecall import call, call_retrying
 from sim.apiserver.process import ServerProcess
 from sim.apiserver.runner import ServerThread
 from sim.cluster import manifests
+from sim.cluster.cpumeter import CpuMeter
 from sim.cluster.hostimex import HostImex
 from sim.cluster.images import ImageCatalog
 from sim.cluster.inprocess import InProcessHost
@@ -141,6 +142,9 @@ class ClusterSpec:
     # this process, as objects tests can reach; more: see sim.cluster.nodeworker). At most
     # one per node is used.
     sim_workers: int = 1
+    # In-process mode: tell the driver's CPU time from the sim's in the processes that run
+    # both (sim/cluster/cpumeter.py; `cpu_split`). For benches: it costs a little per task.
+    cpu_meter: bool = False
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -280,6 +284,7 @@ class SimCluster:
         self.workers = NodeWorkers() if spec.worker_count else None
         in_here = spec.in_process and self.workers is None
         self.in_process = InProcessHost(spec.verbosity) if in_here else None
+        self.cpu_meter = CpuMeter() if in_here and spec.cpu_meter else None
         self.images = self._image_catalog()
         # Short paths to the nodes' file systems: a unix socket's path must stay under 108
         # bytes, and the kubelets reach the agents' sockets through these (see _add_node).
@@ -340,6 +345,8 @@ class SimCluster:
             )
         if self.in_process is not None:
             self.in_process.open()
+        if self.cpu_meter is not None:
+            self.cpu_meter.install()
         if self.workers is not None:
             await self._start_workers(self.workers)
         else:
@@ -473,6 +480,7 @@ class SimCluster:
                 self.objects,
                 ProgramRef(self.namespace, deployment.labels, deployment.container_name),
                 ProgramRef(self.namespace, daemonset.labels, daemonset.container_name),
+                cpu_meter=self.spec.cpu_meter,
             )
             for number, share in enumerate(blocks(len(plans), self.spec.worker_count), 1)
         ]  # fmt: skip
@@ -627,8 +635,23 @@ class SimCluster:
 
     # --- tear-down -------------------------------------------------------------------
 
+    async def cpu_split(self) -> dict[str, dict[str, float]]:
+        """Per process that runs in-process nodes ("sim" here, "sim worker N"): the
+        driver's and the sim's CPU-seconds so far (`ClusterSpec(cpu_meter=True)`; {}
+        without it)."""
+        if not self.spec.cpu_meter:
+            return {}
+        if self.cpu_meter is not None:
+            return {"sim": self.cpu_meter.seconds()}
+        if self.workers is None:
+            return {}
+        answers = await self.workers.ask("cpu")
+        return {f"sim worker {n}": a for n, a in enumerate(answers, 1)}
+
     async def stop(self) -> None:
         """Stop everything this cluster started; safe to call after a failed start."""
+        if self.cpu_meter is not None:
+            self.cpu_meter.uninstall()
         await self._stop_nodes()
         if self.admin is not None:
             self.admin.close()

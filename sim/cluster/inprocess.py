@@ -49,6 +49,7 @@ from api import names
 from runtime import kubecall
 from runtime.cli import program_parser
 from runtime.logsetup import KlogFormatter
+from sim.cluster.cpumeter import DRIVER, as_driver, run_as
 from sim.cluster.inprocess_imex import KILLED, InProcessCtl, InProcessImexLauncher
 from sim.cluster.sandbox import Launch, SandboxExecutor
 
@@ -299,14 +300,14 @@ class InProcessExecutor:
             return container
         loop = asyncio.get_running_loop()
         container.task = loop.create_task(
-            agent_cli.run_daemon(
+            as_driver(agent_cli.run_daemon(
                 args,
                 dict(env),
                 container.stop,
                 launcher=self.launcher,
                 ctl_runner=self.ctl,
                 err=stream,
-            ),
+            )),
             name=f"daemon-{env.get('POD_NAME', log_path.parent.name)}",
             context=self.router.context(stream),
         )
@@ -343,9 +344,9 @@ class InProcessExecutor:
             return False
         try:
             async with asyncio.timeout(timeout):  # not wait_for: see InProcessCtl
-                code = await agent_cli.check_daemon(
+                code = await run_as(DRIVER, agent_cli.check_daemon(
                     args, env, ctl_runner=self.ctl, out=sink, err=sink
-                )
+                ))
         except TimeoutError:
             return False
         return code == 0
@@ -447,7 +448,8 @@ class InProcessAgent:
                 api.close()
 
         self.task = asyncio.get_running_loop().create_task(
-            main(self._stop), name=f"agent-{self.name}", context=self.router.context(stream)
+            as_driver(main(self._stop)), name=f"agent-{self.name}",
+            context=self.router.context(stream),
         )
         self.task.add_done_callback(self._done)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any, Final, cast
 
 from agent.daemon.process import ImexChild
+from sim.cluster.cpumeter import SIM, as_sim, run_as
 from sim.fakeimex import ctl as fake_ctl
 from sim.fakeimex.daemon import build as build_fake_imex
 from sim.fakeimex.imexd import FakeImex
@@ -81,7 +82,7 @@ class InProcessImexChild:
         built.exit_now = self._crash
         self.daemon = built
         self._task = asyncio.get_running_loop().create_task(
-            self._run(built), name=f"fake-imex-{self.pid}"
+            as_sim(self._run(built)), name=f"fake-imex-{self.pid}"
         )
 
     async def _run(self, daemon: FakeImex) -> None:
@@ -265,7 +266,7 @@ class InProcessCtl:
         # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races the
         # answer, and the readiness poller calling this would never stop.
         async with asyncio.timeout(timeout):
-            return await self._run(list(argv[1:]))
+            return await run_as(SIM, self._run(list(argv[1:])))
 
     async def _run(self, argv: list[str]) -> tuple[int, str, str]:
         out, err = io.StringIO(), io.StringIO()

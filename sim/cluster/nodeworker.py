@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from api import names
+from sim.cluster.cpumeter import CpuMeter
 from sim.cluster.hostimex import HostImex
 from sim.cluster.inprocess import InProcessHost
 from sim.cluster.kubelet import SimKubelet
@@ -67,6 +68,8 @@ class WorkerPlan:
     agent: ProgramRef
     # The kubelets watch their pods on the loop, not a thread each (SimKubelet's flag).
     async_pod_watch: bool = True
+    # The driver's CPU time told from the sim's (sim/cluster/cpumeter.py; ask "cpu").
+    cpu_meter: bool = False
 
 
 @dataclass
@@ -80,8 +83,9 @@ class _Node:
 class NodeWorker:
     """The nodes of one worker, started one after the other as the main process would."""
 
-    def __init__(self, plan: WorkerPlan) -> None:
+    def __init__(self, plan: WorkerPlan, meter: CpuMeter | None = None) -> None:
         self.plan = plan
+        self.meter = meter
         self.host = InProcessHost(plan.verbosity)
         self.images = image_catalog(
             Path(plan.agent_program), Path(plan.controller_program), plan.objects
@@ -153,6 +157,8 @@ class NodeWorker:
     def answer(self, what: str) -> Any:
         if what == "threads":
             return thread_counts()
+        if what == "cpu" and self.meter is not None:
+            return self.meter.seconds()
         raise ValueError(f"a node worker does not know {what!r}")
 
     async def stop(self) -> None:
@@ -215,8 +221,11 @@ async def _serve(conn: Connection, plan: WorkerPlan) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     worker: NodeWorker | None = None
     reporter: asyncio.Task[None] | None = None
+    meter = CpuMeter() if plan.cpu_meter else None
+    if meter is not None:
+        meter.install()
     try:
-        worker = NodeWorker(plan)
+        worker = NodeWorker(plan, meter)
         reporter = loop.create_task(_report(link, worker), name="worker-state")
         listener = loop.create_task(_listen(link, worker, stop), name="worker-requests")
         starting = loop.create_task(worker.start(), name="worker-start")

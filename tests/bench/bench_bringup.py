@@ -60,11 +60,12 @@ REFERENCE = {18: "~20 s", 72: "~63 s", 144: "not reported"}
 
 
 async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMULATOR,
-              imex_placement: str = "pod") -> dict:
+              imex_placement: str = "pod", sim_workers: int = 1) -> dict:
     root = Path(tempfile.mkdtemp(prefix="cd-bench-", dir="/tmp"))
     spec = ClusterSpec(
         root=root, nodes=nodes, cliques=cliques, in_process=True, imex_start_delay=0.5,
         verbosity=1, control_plane=control_plane, imex_placement=imex_placement,
+        sim_workers=sim_workers, cpu_meter=True,
     )  # fmt: skip
     cluster = SimCluster(spec)
     try:
@@ -78,6 +79,7 @@ async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMU
         before = await user_stats(cluster)
         writes_before = await writes_by_resource(cluster)
         cpu = ProcessCpu(cluster)
+        split_before = await cluster.cpu_split()
         await create_objects(cluster.admin, objects)
         chain = EvidenceChain(
             NAMESPACE, "bench", driver_namespace=cluster.namespace, host_managed=False,
@@ -93,6 +95,7 @@ async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMU
         finally:
             watch.stop()
         cpu_s = cpu.seconds()
+        split = split_delta(split_before, await cluster.cpu_split())
         after = await user_stats(cluster)
         writes_after = await writes_by_resource(cluster)
         assert before is not None and after is not None  # emulator stats or the audit log
@@ -106,6 +109,7 @@ async def one(nodes: int, cliques: int, timeout: float, control_plane: str = EMU
         return {
             "start": start_s, "allocated": allocated, "ready": ready, "counts": counts,
             "rss": rss, "clean": not left, "cpu": cpu_s, "flaps": watch.flaps.count,
+            "split": split, "driver_cpu": driver_cpu(cpu_s, split),
             "generated": generated,
             "by_resource": resource_deltas(writes_before, writes_after, cluster),
         }  # fmt: skip
@@ -194,16 +198,36 @@ def _progress(chain: EvidenceChain, start_s: float, waited_s: float,
     return rows
 
 
+def split_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+                ) -> dict[str, float]:
+    """The driver's and the sim's CPU-seconds inside the processes running in-process
+    nodes, between two `SimCluster.cpu_split()` looks, summed over those processes."""
+    out = {"driver": 0.0, "sim": 0.0}
+    for name, now in after.items():
+        was = before.get(name, {})
+        for key in out:
+            out[key] += now.get(key, 0.0) - was.get(key, 0.0)
+    return out
+
+
+def driver_cpu(cpu: dict[str, float], split: dict[str, float]) -> float:
+    """The driver's CPU-seconds: its controller process and its in-process share."""
+    return cpu.get("controller (driver)", 0.0) + split.get("driver", 0.0)
+
+
 class ProcessCpu:
-    """CPU-seconds of the sim's processes from now on: this one (the sim's kubelets,
-    scheduler and controllers with the in-process agents, IMEX daemons and fake IMEX: in
-    one process they cannot be told apart), the emulator's own process or each upstream
-    control-plane component's, and the driver's controller process."""
+    """CPU-seconds of the sim's processes from now on: this one (the sim's scheduler and
+    controllers, and with one sim worker the kubelets and the in-process agents, IMEX
+    daemons and fake IMEX too), each node worker process, the emulator's own process or
+    each upstream control-plane component's, and the driver's controller process. Inside
+    the processes that run nodes, `SimCluster.cpu_split` tells the driver's share."""
 
     def __init__(self, cluster: SimCluster) -> None:
         server = cluster.server
+        workers = cluster.workers.pids if cluster.workers is not None else []
         pids = {
-            "sim + in-process agents and daemons": psutil.Process().pid,
+            "sim" if workers else "sim + in-process agents and daemons": psutil.Process().pid,
+            **{f"sim worker {n}": pid for n, pid in enumerate(workers, 1)},
             "API emulator": getattr(server, "pid", None),
             **{p.name: p.pid for p in cluster.control_plane.processes()},
             "controller (driver)": cluster.controller.pid,
@@ -229,7 +253,8 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
         if args.control_plane != EMULATOR:
             label += f", {args.control_plane} control plane"
         try:
-            r = asyncio.run(one(nodes, cliques, args.timeout, args.control_plane))
+            r = asyncio.run(one(nodes, cliques, args.timeout, args.control_plane,
+                                sim_workers=args.sim_workers))
         except StalledError as err:  # a shape that does not converge is a result too
             rows.append((f"{label}: not ready", str(err)[:300]))
             rows += [(f"{label}: {k}", v) for k, v in err.rows]
@@ -260,13 +285,17 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
             (f"{label}: readiness flaps (Ready -> NotReady)", str(r["flaps"])),
             (f"{label}: CPU-seconds, CD created -> ready",
              ", ".join(f"{k} {v:.0f}" for k, v in r["cpu"].items())),
+            (f"{label}: CPU-seconds per node, driver / sim (in the node processes)",
+             f"{r['driver_cpu'] / nodes:.2f} / {r['split']['sim'] / nodes:.2f} (driver: "
+             f"controller {r['cpu'].get('controller (driver)', 0.0):.0f} s + agents and "
+             f"daemons {r['split']['driver']:.0f} s)"),
             (f"{label}: watch traffic to the driver per daemon join",
              f"{watch_kib / nodes:.1f} KiB ({watch_events / nodes:.1f} events)" if watched
              else "not counted (kube-apiserver keeps no per-client watch bytes)"),
             (f"{label}: sim process RSS / cleanup", f"{r['rss']:.0f} MiB / "
              f"{'nothing left' if r['clean'] else 'LEFTOVERS'}"),
         ]  # fmt: skip
-        print(rows[-8:], flush=True)
+        print(rows[-9:], flush=True)
     if len(per_join_kib) > 1:  # the issue's scaling target: per-node cost constant in N
         small, large = min(per_join_kib), max(per_join_kib)
         rows.append((f"watch traffic per daemon join, {large} vs {small} nodes",
@@ -293,7 +322,8 @@ def run_load(args: argparse.Namespace) -> list[tuple[str, str]]:
     results = {}
     for name in ("idle", "loaded"):
         with cpu_hogs(hogs) if name == "loaded" else contextlib.nullcontext():
-            results[name] = asyncio.run(one(nodes, cliques, args.timeout, args.control_plane))
+            results[name] = asyncio.run(one(nodes, cliques, args.timeout, args.control_plane,
+                                            sim_workers=args.sim_workers))
     rows: list[tuple[str, str]] = []
     figures = {}
     for name, r in results.items():
@@ -319,6 +349,9 @@ def main() -> int:
     parser.add_argument("--control-plane", choices=CONTROL_PLANES, default=EMULATOR,
                         help="the API emulator, or upstream kube-apiserver, etcd, "
                         "kube-controller-manager and kube-scheduler (`make k8s` first)")
+    parser.add_argument("--sim-workers", type=int, default=1,
+                        help="node worker processes of the simulated cluster (1: the nodes "
+                        "in the bench's own process)")
     parser.add_argument("--load-shape", default="72:4",
                         help="the shape run idle and under CPU load ('' skips it)")
     parser.add_argument("--section", default="",
