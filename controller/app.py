@@ -32,8 +32,11 @@ from controller.reconcile import Reconciler, RetryError
 from controller.workqueue import KeyedQueue
 from runtime import kubecall, stackdump
 from runtime.draclient import ResourceApiError, discover
+from runtime.listen import ListenError, Setting, binding
 
 log = logging.getLogger(__name__)
+HTTP_SETTING = Setting("--http-endpoint", names.ENV_HTTP_ENDPOINT,
+                       "controller.metrics.httpEndpoint")
 
 
 class _DomainsByStatus(Collector):
@@ -161,12 +164,13 @@ class ControllerApp:
         await self._http.setup()
         host, _, port = self.config.http_endpoint.rpartition(":")
         site = web.TCPSite(self._http, host or "0.0.0.0", int(port))
-        await site.start()
+        with binding(self.config.http_endpoint, HTTP_SETTING):
+            await site.start()
         self.http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def run(self, stop: asyncio.Event) -> int:
-        await self.serve_http()
         try:
+            await self.serve_http()
             if not self.config.leader_election:
                 task: asyncio.Future[Any] = asyncio.ensure_future(self.run_controller())
                 await _until(stop, task)
@@ -211,7 +215,7 @@ async def main(config: ControllerConfig) -> int:
     started = time.monotonic()
     try:
         code = await ControllerApp(config).run(stop)
-    except ResourceApiError as err:
+    except (ResourceApiError, ListenError) as err:
         log.error("%s", err)
         return 1
     log.info("stopped after %.0fs", time.monotonic() - started)

@@ -60,6 +60,7 @@ from cdi.atomic import make_dirs
 from runtime import kubecall, stackdump
 from runtime.draclient import DraApi, ResourceApiError, discover
 from runtime.events import EventRecorder
+from runtime.listen import ListenError
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +387,7 @@ async def run(
     try:
         try:
             await app.start()
-        except StartupError as err:
+        except (StartupError, ListenError) as err:
             log.error("%s", err)
             return 1
         await stop.wait()

@@ -13,14 +13,18 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from api import names
 from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+from runtime.listen import Setting, probe
 from runtime.logsetup import vlog
 
 log = logging.getLogger(__name__)
 SERVICES = ("", "liveness")
+PORT_SETTING = Setting("--healthcheck-port", names.ENV_HEALTHCHECK_PORT,
+                       "kubeletPlugin.containers.computeDomains.healthcheckPort")
 
 
 class PluginHealth(health_pb2_grpc.HealthServicer):
@@ -60,6 +64,9 @@ class HealthServer:
         self.port = -1
 
     async def start(self) -> None:
+        """Raises ListenError when the port is taken (gRPC's own bind error names no fix)."""
+        if self._port > 0:
+            probe(self._address, self._port, PORT_SETTING)
         # No SO_REUSEPORT: a second plugin on the same address and port is an error, not
         # a silent share of the probes.
         self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])

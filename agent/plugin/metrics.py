@@ -15,8 +15,11 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from api import names
+from runtime.listen import Setting, binding
 
 BUCKETS = tuple(0.05 * 2**k for k in range(9))
+HTTP_SETTING = Setting("--http-endpoint", names.ENV_HTTP_ENDPOINT,
+                       "kubeletPlugin.metrics.computeDomainHttpEndpoint")
 
 
 class PluginMetrics:
@@ -67,6 +70,7 @@ class MetricsServer:
 
     def __init__(self, metrics: PluginMetrics, endpoint: str, path: str) -> None:
         self._metrics = metrics
+        self._endpoint = endpoint
         host, _, port = endpoint.rpartition(":")
         self._host = host.strip("[]") or "0.0.0.0"
         self._port = int(port)
@@ -86,8 +90,9 @@ class MetricsServer:
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
 
         server_class = _IPv6Server if ":" in self._host else WSGIServer
-        self._server = make_server(self._host, self._port, app, server_class=server_class,
-                                   handler_class=_QuietHandler)
+        with binding(self._endpoint, HTTP_SETTING):
+            self._server = make_server(self._host, self._port, app,
+                                       server_class=server_class, handler_class=_QuietHandler)
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics",
                                         daemon=True)
