@@ -89,8 +89,8 @@ async def serve_exec(request: web.Request, container: str, argv: Sequence[str],
     headers = {name.lower(): request.headers.getall(name) for name in request.headers}
     protocol = streaming.negotiate(headers, session)
     if isinstance(protocol, streaming.Refusal):
-        return web.Response(status=protocol.code, text=protocol.message,
-                            headers={k: ", ".join(v) for k, v in protocol.headers.items()})
+        extra = [(k, v) for k, vs in protocol.headers.items() for v in vs]
+        return web.Response(status=protocol.code, text=protocol.message, headers=extra)
     try:
         dictionary = load_dictionary()
     except ComponentsMissingError as err:
