@@ -1,7 +1,8 @@
 """A DRA-aware kube-scheduler for the simulated cluster.
 
-Pods without `spec.nodeName` are placed on the first node (by name) that passes the
-node filters (nodeSelector, required node affinity, taints) and on which every request
+Pods without `spec.nodeName` are placed on the first node (by name; with preferred pod
+anti-affinity on hostname, the least matched weight first) that passes the node filters
+(nodeSelector, required node affinity, taints) and on which every request
 of every claim the pod uses can get a free device matching its DeviceClass. Allocations
 and reservations go through `resourceclaims/status` as the real scheduler writes them, so
 the driver's node agent sees exactly what it would see in a cluster.
@@ -26,6 +27,7 @@ from runtime.informer import Informer
 from runtime.kubecall import call
 from runtime.nodematch import node_selector_matches, pod_spec_matches_node, untolerated_taint
 from sim.cluster.cel import SelectorEvaluator
+from sim.cluster.podaffinity import anti_affinity_penalty, has_preferred_anti_affinity
 
 log = logging.getLogger(__name__)
 
@@ -363,6 +365,9 @@ class Scheduler:
             where = (other.get("spec") or {}).get("nodeName")
             if where:
                 bound[where] = bound.get(where, 0) + 1
+        if has_preferred_anti_affinity(pod):
+            placed = self._placed(pod)
+            nodes.sort(key=lambda n: anti_affinity_penalty(pod, n["metadata"]["name"], placed))
         for node in nodes:
             name = node["metadata"]["name"]
             if not pod_spec_matches_node(pod.get("spec") or {}, node):
@@ -388,6 +393,17 @@ class Scheduler:
             await self._commit(pod, name, claims, plan)
             return
         raise UnschedulableError(_message(len(nodes), reasons))
+
+    def _placed(self, pod: Obj) -> list[tuple[Obj, str]]:
+        """Live pods other than `pod` with their nodes, this scheduler's own placements
+        included before the pod cache shows them (as kube-scheduler's assumed pods)."""
+        placed = []
+        for key, other in self._items("pods").items():
+            where = (other.get("spec") or {}).get("nodeName") or self.assigned.get(key)
+            if (where and other["metadata"].get("uid") != pod["metadata"].get("uid")
+                    and (other.get("status") or {}).get("phase") not in ("Succeeded", "Failed")):
+                placed.append((other, where))
+        return placed
 
     def _allocation(self, claim: Obj, node: str, results: list[Obj]) -> Obj:
         config: list[Obj] = []
