@@ -75,6 +75,7 @@ from sim.cluster.nodeplan import (  # noqa: F401  (named here since before)
     KubeletSetup,
     NodePlan,
     ProgramRef,
+    add_all,
     blocks,
     image_catalog,
     kubelet_tls_files,
@@ -350,8 +351,13 @@ class SimCluster:
         if self.workers is not None:
             await self._start_workers(self.workers)
         else:
-            for index, (name, clique) in enumerate(self.spec.layout(), start=1):
-                await self._add_node(name, index, clique)
+            layout = [(name, index, clique)
+                      for index, (name, clique) in enumerate(self.spec.layout(), start=1)]
+            await add_all(layout, lambda node: self._add_node(*node))
+            # In layout order, whichever finished first (what tests and reports walk).
+            ordered = {name: self.nodes[name] for name, _, _ in layout}
+            self.nodes.clear()
+            self.nodes.update(ordered)
         if self.spec.driver:
             # Every node's plugin pod starts at once on this machine's cores.
             await self.wait_ready(60.0 + 2.0 * len(self.nodes))

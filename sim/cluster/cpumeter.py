@@ -3,21 +3,26 @@
 In in-process mode (sim/cluster/inprocess.py) a process runs the sim's kubelets and fake
 `nvidia-imex` beside the driver's node agents and IMEX daemon containers, all on one
 event loop and one thread pool, so its CPU time alone cannot say which of the two costs
-what. The meter attributes each unit of work to whoever it runs for, by a context
+what. The meter attributes work to whoever it runs for, by a context
 variable (`OWNER`) that the in-process host sets to `DRIVER` in the tasks that run driver
 code (`as_driver`) and back to `SIM` in the fake IMEX's (`as_sim`); a context is copied
 into every task, callback and `asyncio.to_thread` call made from there, so what the
-driver code starts is the driver's too. Measured, each on the thread it runs on:
+driver code starts is the driver's too. Measured:
 
-- the loop's callbacks and task steps (`asyncio.Handle._run`), by the handle's context;
-- work handed to a thread pool (`ThreadPoolExecutor.submit`), by the submitter's context;
+- the event loop's thread by sampling: each callback and task step (`asyncio.Handle._run`)
+  marks whose it is while it runs (an attribute write), and a sampler thread adds the
+  loop thread's CPU clock, every `SAMPLE_S`, to whoever is marked then (between callbacks:
+  the sim, whose loop it is). A clock read per callback would cost about 2 us each, a
+  fifth of a busy node worker's time: the bench would load what it measures;
+- work handed to a thread pool (`ThreadPoolExecutor.submit`), by the submitter's context,
+  with the thread's CPU clock around each call (calls are API round trips: milliseconds);
 - threads of their own (the driver's informers and gRPC helpers), by the context their
   `start()` was called in: their CPU clock while alive, their total when they end.
 
 The driver's share is what was attributed to it; the sim's is the process's CPU time
-less that, so loop and pool overhead and anything unattributed count as the sim's (an
-upper bound on the sim, a lower one on the driver). It costs two thread-CPU clock reads
-per callback, so it is installed only where a bench asks (`ClusterSpec(cpu_meter=True)`).
+less that, so pool overhead and anything unattributed count as the sim's (an upper bound
+on the sim, a lower one on the driver). Installed only where a bench asks
+(`ClusterSpec(cpu_meter=True)`).
 """
 
 from __future__ import annotations
@@ -37,17 +42,21 @@ T = TypeVar("T")
 DRIVER: Final = "driver"
 SIM: Final = "sim"
 OWNER: contextvars.ContextVar[str] = contextvars.ContextVar("cpu_owner", default=SIM)
+SAMPLE_S: Final = 0.005  # the loop thread's CPU clock read this often
 
 
 async def as_driver(coro: Coroutine[Any, Any, T]) -> T:
-    """`coro` with everything it runs and starts counted as the driver's."""
+    """`coro` with everything it runs and starts counted as the driver's (from its task's
+    second step: the first one, which sets the owner, returns at once)."""
     OWNER.set(DRIVER)
+    await asyncio.sleep(0)
     return await coro
 
 
 async def as_sim(coro: Coroutine[Any, Any, T]) -> T:
     """`coro` (a fake the driver starts, such as `nvidia-imex`) counted as the sim's."""
     OWNER.set(SIM)
+    await asyncio.sleep(0)
     return await coro
 
 
@@ -66,9 +75,17 @@ class CpuMeter:
         self._alive: dict[threading.Thread, str] = {}  # own threads, by owner, running
         self._undo: list[Callable[[], None]] = []
         self._since = 0.0
+        self.running = SIM  # whose callback the loop thread runs now
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
 
     def install(self) -> None:
+        """Meter from now on; the calling thread is the event loop's."""
         self._since = time.process_time()
+        clock = time.pthread_getcpuclockid(threading.get_ident())
+        self._sampler = threading.Thread(target=self._sample, args=(clock,), daemon=True,
+                                         name="cpu-meter")
+        self._sampler.start()  # before the thread patch: its own CPU is the sim's
         self._patch_handles()
         self._patch_pools()
         self._patch_threads()
@@ -76,6 +93,16 @@ class CpuMeter:
     def uninstall(self) -> None:
         while self._undo:
             self._undo.pop()()
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join()
+
+    def _sample(self, clock: int) -> None:
+        last = time.clock_gettime(clock)
+        while not self._stop.wait(SAMPLE_S):
+            now = time.clock_gettime(clock)
+            self._add(self.running, now - last)
+            last = now
 
     def seconds(self) -> dict[str, float]:
         """{"driver": s, "sim": s, "total": s} since `install()`."""
@@ -100,13 +127,11 @@ class CpuMeter:
         meter = self
 
         def _run(handle: asyncio.Handle) -> None:
-            started = time.thread_time()
+            meter.running = handle._context.get(OWNER, SIM)  # type: ignore[attr-defined]
             try:
                 run(handle)
             finally:
-                # Read after the step: a task's first step is where `as_driver` sets it.
-                owner = handle._context.get(OWNER, SIM)  # type: ignore[attr-defined]
-                meter._add(owner, time.thread_time() - started)
+                meter.running = SIM
 
         self._patch(asyncio.Handle, "_run", _run)
 

@@ -10,12 +10,13 @@ clients or event-loop objects, only paths, strings and small dataclasses.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from api import names
 from sim.cluster.containers import ContainerExecutor
@@ -26,6 +27,7 @@ from sim.cluster.nodestatus import NodeSpec
 from sim.controlplane.base import ControlPlane, Credentials, InCluster, server_context
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 SIM_IMAGE = "compute-domain-driver:sim"
 DOCKERFILE = Path(__file__).resolve().parents[2] / "Dockerfile"
 
@@ -170,3 +172,25 @@ def blocks(count: int, parts: int) -> list[range]:
     one worker, and each worker gets the same share of the work."""
     parts = max(1, min(parts, count))
     return [range(i * count // parts, (i + 1) * count // parts) for i in range(parts)]
+
+
+# Nodes brought up at once: a node's start is mostly round trips (its Node, lease and
+# credentials) and small file writes, so overlapping them is what makes a rack's start
+# quick; a bound keeps the API server's queue and the thread pool from flooding.
+NODES_AT_ONCE = 16
+
+
+async def add_all(plans: Sequence[T], add: Callable[[T], Awaitable[None]],
+                  at_once: int = NODES_AT_ONCE) -> None:
+    """`add(plan)` for every plan, at most `at_once` running; the first error is raised
+    once the others started have finished."""
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(plan: T) -> None:
+        async with gate:
+            await add(plan)
+
+    results = await asyncio.gather(*(one(p) for p in plans), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result

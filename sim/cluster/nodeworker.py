@@ -40,7 +40,14 @@ from sim.cluster.cpumeter import CpuMeter
 from sim.cluster.hostimex import HostImex
 from sim.cluster.inprocess import InProcessHost
 from sim.cluster.kubelet import SimKubelet
-from sim.cluster.nodeplan import KubeletSetup, NodePlan, ProgramRef, image_catalog, new_kubelet
+from sim.cluster.nodeplan import (
+    KubeletSetup,
+    NodePlan,
+    ProgramRef,
+    add_all,
+    image_catalog,
+    new_kubelet,
+)
 from sim.cluster.podprogram import PodProgram
 from sim.cluster.workerlink import Link, LinkClosedError
 
@@ -99,8 +106,11 @@ class NodeWorker:
 
     async def start(self) -> None:
         self.host.open()
-        for plan in self.plan.nodes:
-            await self._add(plan)
+        await add_all(self.plan.nodes, self._add)
+        # In plan order, whichever finished first (what reports and stops walk).
+        ordered = {plan.name: self.nodes[plan.name] for plan in self.plan.nodes}
+        self.nodes.clear()
+        self.nodes.update(ordered)
 
     async def _add(self, plan: NodePlan) -> None:
         tls = await asyncio.to_thread(plan.tls.context) if plan.tls is not None else None

@@ -10,7 +10,7 @@ import pytest
 from sim.cluster.cpumeter import DRIVER, SIM, CpuMeter, as_driver, run_as
 
 
-def _burn(rounds: int = 300_000) -> int:
+def _burn(rounds: int = 2_000_000) -> int:
     total = 0
     for i in range(rounds):
         total += i * i
