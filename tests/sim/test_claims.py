@@ -57,6 +57,28 @@ def test_other_driver_does_not_match() -> None:
     )
 
 
+def test_one_evaluator_answers_each_device_by_what_it_holds() -> None:
+    """Answers are remembered by what a selector can see (driver, attributes, capacity):
+    every node's channel-0 is one evaluation, and no other device gets its answer."""
+    evaluator = SelectorEvaluator()
+    selector = names.DEVICE_CLASS_DEFAULT_CHANNEL_SELECTOR
+    for _ in range(3):  # asked again, as the scheduler does for every pod and node
+        assert evaluator.selector_matches(selector, names.DRIVER_NAME,
+                                          _device("channel-0", "channel", 0))
+        assert not evaluator.selector_matches(selector, names.DRIVER_NAME,
+                                              _device("channel-0", "channel", 1))
+        assert not evaluator.selector_matches(selector, names.DRIVER_NAME,
+                                              _device("channel-0", "daemon", 0))
+        assert not evaluator.selector_matches(selector, "other.example.com",
+                                              _device("channel-0", "channel", 0))
+        assert evaluator.selector_matches(
+            "device.capacity['compute-domain.nvidia.com'].mem == '1Gi'", names.DRIVER_NAME,
+            {"name": "d", "capacity": {"mem": {"value": "1Gi"}}})
+        assert not evaluator.selector_matches(
+            "device.capacity['compute-domain.nvidia.com'].mem == '1Gi'", names.DRIVER_NAME,
+            {"name": "d", "capacity": {"mem": {"value": "2Gi"}}})
+
+
 async def wait_until(check: Callable[[], Any], timeout: float = 10) -> Any:
     """Poll a blocking check (off the loop) until it returns something truthy."""
     return await eventually_async(lambda: call(check), check.__qualname__, timeout=timeout,
