@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ SUPPORTED_VERSIONS = (V1, V1BETA1)
 CALL_TIMEOUT = 45.0
 # Registration calls are quick local handshakes; kubelet bounds them too.
 REGISTRATION_TIMEOUT = 10.0
+# A registration directory changed this recently is looked at whatever its mtime says.
+SETTLED_NS = 1_000_000_000
 
 
 def _stubs(version: str) -> tuple[ModuleType, ModuleType]:
@@ -143,6 +146,8 @@ class PluginWatcher:
         # Registration socket -> why it was refused (for tests and status reporting).
         self.refused: dict[Path, str] = {}
         self._seen: dict[Path, tuple[int, int, int]] = {}
+        self._dir_mtime: int | None = None  # the directory's, at the last look (`_quiet`)
+        self._pending = False  # a socket was there that did not answer yet
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
 
@@ -169,7 +174,26 @@ class PluginWatcher:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.poll)
-            await self.scan()
+            if not self._quiet():
+                await self.scan()
+
+    def _quiet(self) -> bool:
+        """Nothing to look at: the directory is as at the last look (its mtime, which
+        every socket's creation, replacement and removal changes), that is a while ago
+        (an mtime is only as fine as the kernel's clock tick: two changes in one tick,
+        around a look, would share it), and every socket seen then was registered.
+        A rack's kubelets poll five times a second each: a glob and a stat of each
+        socket every time was most of what an idle simulated node cost
+        (tests/bench/bench_bringup.py)."""
+        try:
+            mtime: int | None = self.registry_dir.stat().st_mtime_ns
+        except OSError:
+            mtime = None
+        settled = mtime is None or time.time_ns() - mtime > SETTLED_NS
+        if mtime == self._dir_mtime and settled and not self._pending:
+            return True
+        self._dir_mtime = mtime
+        return False
 
     async def scan(self) -> None:
         """One pass over the directory: register new sockets, deregister vanished ones."""
@@ -185,6 +209,7 @@ class PluginWatcher:
         for path, identity in present.items():
             if path not in self._seen and await self._register(path):
                 self._seen[path] = identity
+        self._pending = any(path not in self._seen for path in present)
         async with self._changed:
             self._changed.notify_all()
 

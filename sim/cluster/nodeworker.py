@@ -54,7 +54,7 @@ from sim.cluster.workerlink import Link, LinkClosedError
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-STATE_EVERY = 0.1  # seconds between looks at what the main process watches
+STATE_EVERY = 0.25  # seconds between looks at what the main process watches (all nodes)
 WAITING_LOGS = 3  # agent log paths reported of nodes whose agent did not register yet
 EXECUTOR_THREADS = 64  # as the main process's: every client call runs in a thread
 

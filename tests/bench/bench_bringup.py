@@ -361,9 +361,12 @@ def main() -> int:
     where = ("upstream kube-apiserver, etcd, kube-controller-manager and kube-scheduler in "
              "processes of their own, writes and 409s counted from kube-apiserver's audit "
              "log" if upstream else "the API emulator in a process of its own")
+    nodes_in = ("one process" if args.sim_workers == 1
+                else f"{args.sim_workers} node worker processes, the sim's scheduler and "
+                "controllers in the main one")
     note = (
-        "In-process simulated cluster (agents, IMEX daemons and fake nvidia-imex in one "
-        f"process; {where}; the controller in a process of its own), fake "
+        f"In-process simulated cluster (agents, IMEX daemons and fake nvidia-imex in "
+        f"{nodes_in}; {where}; the controller in a process of its own), fake "
         "nvidia-imex start 0.5 s, one workload pod per node. Reference figures: "
         "https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/816 "
         "(8 min for 256 pods), measured on real racks."

@@ -16,6 +16,7 @@ from plugin_env import NODE, AgentThread, NodeEnv
 from api import names
 from api.kubelet.pluginregistration import api_pb2 as reg
 from api.kubelet.pluginregistration import api_pb2_grpc as reg_grpc
+from sim.cluster import dra
 from sim.cluster.containerview import container_view
 from sim.cluster.dra import (
     V1,
@@ -75,6 +76,34 @@ def test_watcher_registers_v1_and_deregisters_when_the_agent_stops(start_agent):
             await asyncio.to_thread(agent.stop)
             await watcher.wait_deregistered(names.DRIVER_NAME, timeout=5)
             assert watcher.plugins == {}
+
+    asyncio.run(main())
+
+
+def test_a_quiet_watcher_sees_an_agent_that_starts_and_restarts_later(
+    start_agent, apiserver, tmp_path, monkeypatch
+):
+    """The watcher skips its looks while the directory is unchanged and settled: an
+    agent that starts (or starts again on the same sockets) after a quiet while is still
+    registered, as kubelet's fsnotify watcher would see it."""
+    monkeypatch.setattr(dra, "SETTLED_NS", 50_000_000)
+    first = start_agent()
+    env = first.env
+    first.stop()
+
+    async def main() -> None:
+        async with PluginWatcher(env.root / "registry", poll=0.02) as watcher:
+            await asyncio.sleep(0.3)  # quiet: nothing changes, looks are skipped
+            assert watcher.plugins == {}
+            for round_ in range(2):
+                kubeconfig = apiserver.write_kubeconfig(tmp_path / f"again{round_}")
+                agent = await asyncio.to_thread(Agent, env, kubeconfig)
+                try:
+                    await watcher.wait_registered(names.DRIVER_NAME, timeout=10)
+                finally:
+                    await asyncio.to_thread(agent.stop)
+                await watcher.wait_deregistered(names.DRIVER_NAME, timeout=5)
+                await asyncio.sleep(0.3)
 
     asyncio.run(main())
 
