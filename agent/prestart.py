@@ -212,13 +212,21 @@ def _sigterm(_sig: int, _frame: object) -> None:
 
 def run_prestart(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
+    return prestart(args, sys.stdout)
+
+
+def prestart(args: argparse.Namespace, out: TextIO,
+             sleep: Callable[[float], None] = time.sleep) -> int:
+    """The init container's work, printing to `out`: also what the simulated cluster's
+    in-process nodes run in a thread, with a `sleep` that ends it when the pod goes."""
     root = Path(args.driver_root)
     host_root = str(args.nvidia_driver_root) or names.DEFAULT_HOST_DRIVER_ROOT
-    found = wait_for_driver(root, host_root, float(args.interval), sys.stdout)
+    found = wait_for_driver(root, host_root, float(args.interval), out, sleep=sleep)
     version = f" ({found.version})" if found.version else ""
     print(
         f"NVIDIA driver found under {root} ({host_root} on the host): "
         f"{_where(root, found.smi)}{version}, {_where(root, found.lib)}",
+        file=out,
         flush=True,
     )
     return 0

@@ -13,7 +13,9 @@ loop instead; only the process boundary is replaced, through hooks the driver ex
   `daemon check` as `agent.cli.check_daemon`, each given the container's env as a mapping
   (with no mount namespace, the host paths of its /imexd and /etc/hosts mounts and a
   kubeconfig file reach it as IMEXD_DIR, HOSTS_FILE and KUBECONFIG); SIGTERM sets the
-  daemon's stop event; every other container (workloads) runs as a sandboxed process;
+  daemon's stop event; the plugin pod's init container (`prestart`) runs in a thread with
+  its driver root as the host path mounted there; every other container (workloads) runs
+  as a sandboxed process;
 - fake `nvidia-imex` (module `inprocess_imex`): the supervisor's `ImexLauncher` hook
   (`InProcessImexLauncher`) runs `sim.fakeimex`'s daemon as a task; signals go to its
   handlers, its log lines feed the stdout reader the supervisor forwards, and strays are
@@ -38,12 +40,14 @@ import contextvars
 import io
 import logging
 import signal
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TextIO, cast
 
 from agent import cli as agent_cli
+from agent import prestart
 from agent.plugin.imexhost import ImexHooks
 from api import names
 from runtime import kubecall
@@ -56,6 +60,7 @@ from sim.cluster.sandbox import Launch, SandboxExecutor
 log = logging.getLogger(__name__)
 
 _PARSE_CACHE: Final = 4096
+PRESTART_LOOK_S: Final = 0.1  # how soon an in-process init container sees its pod go
 
 
 # --------------------------------------------------------------------------------------
@@ -192,6 +197,30 @@ def task_env(launch: Launch) -> dict[str, str]:
     return env
 
 
+async def _prestart(args: argparse.Namespace, out: IO[str], stop: asyncio.Event) -> int:
+    """The plugin pod's init container (`compute-domain-agent prestart`) in a thread: a
+    process of its own per node, a Python start each, was the larger part of a node's
+    bring-up cost at 1,000 nodes. The pod's deletion (`stop`) ends it with status 0, as
+    SIGTERM ends the process."""
+
+    def sleep(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if stop.is_set():
+                raise _PodGoneError
+            time.sleep(min(PRESTART_LOOK_S, max(deadline - time.monotonic(), 0.0)))
+
+    try:
+        return await asyncio.to_thread(prestart.prestart, args, cast(TextIO, out), sleep)
+    except _PodGoneError:
+        print("received SIGTERM", file=out, flush=True)
+        return 0
+
+
+class _PodGoneError(Exception):
+    """The in-process init container's pod went away."""
+
+
 class _AgentTask:
     """An agent container running as a task: SIGTERM sets its stop event, SIGKILL cancels
     it (its cleanup still runs)."""
@@ -222,7 +251,8 @@ class _AgentTask:
 
 class InProcessExecutor:
     """`ContainerExecutor` running `compute-domain-agent daemon run` / `daemon check` as
-    coroutines given the container's environment; other containers go to `fallback`."""
+    coroutines given the container's environment, and the plugin pod's `prestart` init
+    container in a thread; other containers go to `fallback`."""
 
     def __init__(self, launcher: InProcessImexLauncher, ctl: InProcessCtl, router: LogRouter):
         self.launcher = launcher
@@ -237,7 +267,7 @@ class InProcessExecutor:
         """The project's image running the agent: a task here; anything else a process."""
         return launch.image_known and len(launch.argv) > 1 and (
             Path(launch.argv[0]).name == agent_cli.PROG
-        ) and launch.argv[1] in ("plugin", "daemon", "keep")
+        ) and launch.argv[1] in ("plugin", "daemon", "keep", "prestart")
 
     def _parse(self, argv: list[str], env: Mapping[str, str], err: IO[str]) -> argparse.Namespace:
         """The agent's command line as the process would parse it (flags over `env`);
@@ -267,7 +297,10 @@ class InProcessExecutor:
             args = self._parse(argv, env, err)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else 2
-        if args.command != "daemon" or getattr(args, "daemon_command", None) != want:
+        if want == "prestart":
+            if args.command != "prestart":
+                raise FileNotFoundError(f"in-process: only `{agent_cli.PROG} prestart` here")
+        elif args.command != "daemon" or getattr(args, "daemon_command", None) != want:
             raise FileNotFoundError(f"in-process: only `{agent_cli.PROG} daemon {want}` runs here")
         return args
 
@@ -287,10 +320,13 @@ class InProcessExecutor:
             await agent.start()
             return _AgentTask(agent)
         argv, env = list(launch.argv), task_env(launch)
+        init = argv[1] == "prestart"
+        if init:  # its driver root, as the mounts would have shown it
+            env = {k: _host_value(v, launch) for k, v in env.items()}
         stream = _open_log(log_path)
         container = _TaskContainer(asyncio.Event())
         try:
-            args = self._daemon_args(argv, env, stream, "run")
+            args = self._daemon_args(argv, env, stream, "prestart" if init else "run")
         except OSError:
             stream.close()
             raise
@@ -299,15 +335,18 @@ class InProcessExecutor:
             container.finished(args)
             return container
         loop = asyncio.get_running_loop()
-        container.task = loop.create_task(
-            as_driver(agent_cli.run_daemon(
+        work = (
+            _prestart(args, stream, container.stop) if init else agent_cli.run_daemon(
                 args,
                 dict(env),
                 container.stop,
                 launcher=self.launcher,
                 ctl_runner=self.ctl,
                 err=stream,
-            )),
+            )
+        )  # fmt: skip
+        container.task = loop.create_task(
+            as_driver(work),
             name=f"daemon-{env.get('POD_NAME', log_path.parent.name)}",
             context=self.router.context(stream),
         )

@@ -79,6 +79,11 @@ def test_in_process_cluster_runs_the_example_to_ready_and_cleans_up(
             # Of the driver, only the controller is a process; agents run in this one.
             upstream = cluster.control_plane.processes()
             assert [p.name for p in cluster.processes() if p not in upstream] == ["controller"]
+            # Each plugin pod's init container ran here too, on the node's driver root.
+            inits = [p.read_text() for n in cluster.nodes.values()
+                     for p in n.host.pods_dir.glob(f"{cluster.namespace}_*/init-container*.log")]
+            assert len(inits) == len(cluster.nodes), inits
+            assert all("NVIDIA driver found under" in t for t in inits), inits
             first = [n for n in cluster.nodes.values() if n.host.clique == 1]
             objects = example.builtin(first[0].host.clique_id, len(first))
             await create_objects(cluster.admin, objects)  # type: ignore[arg-type]
