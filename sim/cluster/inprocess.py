@@ -40,14 +40,12 @@ import contextvars
 import io
 import logging
 import signal
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Final, TextIO, cast
+from typing import IO, Any, Final
 
 from agent import cli as agent_cli
-from agent import prestart
 from agent.plugin.imexhost import ImexHooks
 from api import names
 from runtime import kubecall
@@ -55,12 +53,12 @@ from runtime.cli import program_parser
 from runtime.logsetup import KlogFormatter
 from sim.cluster.cpumeter import DRIVER, as_driver, run_as
 from sim.cluster.inprocess_imex import KILLED, InProcessCtl, InProcessImexLauncher
+from sim.cluster.inprocess_init import run_prestart
 from sim.cluster.sandbox import Launch, SandboxExecutor
 
 log = logging.getLogger(__name__)
 
 _PARSE_CACHE: Final = 4096
-PRESTART_LOOK_S: Final = 0.1  # how soon an in-process init container sees its pod go
 
 
 # --------------------------------------------------------------------------------------
@@ -197,30 +195,6 @@ def task_env(launch: Launch) -> dict[str, str]:
     return env
 
 
-async def _prestart(args: argparse.Namespace, out: IO[str], stop: asyncio.Event) -> int:
-    """The plugin pod's init container (`compute-domain-agent prestart`) in a thread: a
-    process of its own per node, a Python start each, was the larger part of a node's
-    bring-up cost at 1,000 nodes. The pod's deletion (`stop`) ends it with status 0, as
-    SIGTERM ends the process."""
-
-    def sleep(seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if stop.is_set():
-                raise _PodGoneError
-            time.sleep(min(PRESTART_LOOK_S, max(deadline - time.monotonic(), 0.0)))
-
-    try:
-        return await asyncio.to_thread(prestart.prestart, args, cast(TextIO, out), sleep)
-    except _PodGoneError:
-        print("received SIGTERM", file=out, flush=True)
-        return 0
-
-
-class _PodGoneError(Exception):
-    """The in-process init container's pod went away."""
-
-
 class _AgentTask:
     """An agent container running as a task: SIGTERM sets its stop event, SIGKILL cancels
     it (its cleanup still runs)."""
@@ -336,7 +310,7 @@ class InProcessExecutor:
             return container
         loop = asyncio.get_running_loop()
         work = (
-            _prestart(args, stream, container.stop) if init else agent_cli.run_daemon(
+            run_prestart(args, stream, container.stop) if init else agent_cli.run_daemon(
                 args,
                 dict(env),
                 container.stop,
