@@ -12,6 +12,9 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Final
+
+import psutil
 
 
 class ListenError(Exception):
@@ -38,15 +41,48 @@ _WHY = {errno.EADDRINUSE: "address already in use (another process, or another r
         errno.EACCES: "permission denied (a port below 1024 needs privileges)"}
 
 
+_ANY: Final = frozenset({"", "0.0.0.0", "::"})
+
+
+def holder(host: str, port: int) -> str:
+    """Who listens where a bind of `host:port` collides ("pid 4711 (kubelet)"), where this
+    process may see it (root, the host's PID namespace); "" otherwise. Only on the error
+    path: it reads every socket of the machine."""
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if not conn.laddr or conn.laddr.port != port or conn.pid is None \
+                    or conn.status != psutil.CONN_LISTEN:
+                continue
+            ip = conn.laddr.ip.removeprefix("::ffff:")
+            if host in _ANY or ip in _ANY or ip == host:
+                return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+    except (psutil.Error, OSError):
+        pass
+    return ""
+
+
+def _host_port(address: str) -> tuple[str, int | None]:
+    """`address` as the settings give it: "PORT", ":PORT", "HOST:PORT" or "[V6]:PORT"."""
+    host, _, tail = address.rpartition(":")
+    return host.strip("[]"), int(tail) if tail.isdigit() else None
+
+
 @contextmanager
-def binding(address: str, setting: Setting) -> Iterator[None]:
-    """Turn the OSError of a bind in the block into a ListenError naming `setting`."""
+def binding(address: str, setting: Setting, *, at: tuple[str, int] | None = None
+            ) -> Iterator[None]:
+    """Turn the OSError of a bind in the block into a ListenError naming `setting` and
+    `address`, and the process that holds the port where it can be seen (`at`: the host and
+    port bound, when `address` is only the port)."""
     try:
         yield
     except OSError as err:
         why = _WHY.get(err.errno or 0)
         if why is None:
             raise
+        host, port = at or _host_port(address)
+        who = holder(host, port) if err.errno == errno.EADDRINUSE and port else ""
+        if who:
+            why = f"address already in use by {who}"
         raise setting.error(address, why) from None
 
 
@@ -60,6 +96,6 @@ def probe(host: str, port: int, setting: Setting) -> None:
         sock = socket.socket(family, socket.SOCK_STREAM)
     except OSError:  # no IPv6 here: the server's own bind says what it can
         return
-    with sock, binding(str(port), setting):
+    with sock, binding(str(port), setting, at=(host, port)):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host or "::", port))

@@ -12,17 +12,51 @@ import contextlib
 import ctypes
 import logging
 import os
+import random
 import signal
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Final
 
 log = logging.getLogger(__name__)
 
 
-def free_port(address: str) -> int:
-    """A TCP port nobody listens on at `address` right now."""
-    with socket.socket() as s:
+# Ports the driver's pods listen on at their node's address (the chart's health, metrics and
+# controller ports, IMEX's server and command ports): the sim's own listeners keep off them.
+DRIVER_PORTS: Final = frozenset({8080, 8081, 50000, 50005, 51515})
+
+
+def _outside_ephemeral() -> range:
+    """The ports the kernel never hands out by itself (above ip_local_port_range, else below
+    it): a port the kernel chose (a port-0 bind, like the one this used to do) can be any of
+    the ephemeral range, 51515 included, and a node's kubelet that took the agent's health
+    port made that node's agent exit at start."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    above = range(high + 1, 65536)
+    return above if len(above) >= 1024 else range(max(1024, low - 8192), low)
+
+
+def free_port(address: str, rng: random.Random | None = None) -> int:
+    """A TCP port nobody listens on at `address` right now, outside the kernel's ephemeral
+    range and apart from DRIVER_PORTS, so no later listener of the driver nor outgoing
+    connection can find it taken by the sim."""
+    r = rng or random.SystemRandom()
+    ports = _outside_ephemeral()
+    for _ in range(64 if ports else 0):
+        port = r.choice(ports)
+        if port in DRIVER_PORTS:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((address, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a machine whose ephemeral range is every port
         s.bind((address, 0))
         return int(s.getsockname()[1])
 

@@ -4,15 +4,19 @@ names the flag, the environment variable and the Helm value to change."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from plugin_env import NodeEnv
 
 AGENT = Path(sys.executable).parent / "compute-domain-agent"
+# The test holds the port itself: the error names this process.
+HOLDER = f"pid {os.getpid()} ({psutil.Process().name()})"
 
 
 @pytest.mark.parametrize("flag, env, helm", [
@@ -34,6 +38,5 @@ def test_a_taken_port_is_one_json_line_naming_the_fix(
     assert "Traceback" not in out.stderr, out.stderr
     errors = [r for r in map(json.loads, out.stderr.splitlines()) if "in use" in r["msg"]]
     assert [e["msg"] for e in errors] == [
-        f"{flag} {value}: address already in use "
-        "(another process, or another replica on this node, listens there); choose another "
+        f"{flag} {value}: address already in use by {HOLDER}; choose another "
         f"with {flag}, the {env} environment variable or the Helm value {helm}"], out.stderr

@@ -5,12 +5,17 @@ the same node meets."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 BIN = Path(sys.executable).parent / "compute-domain-controller"
+# The test holds the port itself: the error names this process.
+HOLDER = f"pid {os.getpid()} ({psutil.Process().name()})"
 
 
 def test_a_taken_http_endpoint_is_one_json_line_naming_the_fix(apiserver, tmp_path):
@@ -28,6 +33,6 @@ def test_a_taken_http_endpoint_is_one_json_line_naming_the_fix(apiserver, tmp_pa
     records = [json.loads(line) for line in out.stderr.splitlines()]
     [error] = [r for r in records if "address already in use" in r["msg"]]
     assert error["msg"] == (
-        f"--http-endpoint {endpoint}: address already in use (another process, or another "
-        "replica on this node, listens there); choose another with --http-endpoint, the "
+        f"--http-endpoint {endpoint}: address already in use by {HOLDER}; choose another "
+        "with --http-endpoint, the "
         "HTTP_ENDPOINT environment variable or the Helm value controller.metrics.httpEndpoint")
