@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 
 from sim.apiserver import errors, list_options, table, versions
-from sim.apiserver.field_selectors import check_fields, parse_field_selector
+from sim.apiserver.field_selectors import FieldSelector, check_fields, parse_field_selector
 from sim.apiserver.label_selectors import parse_label_selector
 from sim.apiserver.store import (
     ADDED,
@@ -36,23 +36,33 @@ def json_response(obj: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(obj), content_type=JSON)
 
 
-def selected_by(request: web.Request, t: Target) -> Callable[[Obj], bool]:
-    q = request.query
-    labels = parse_label_selector(q.get("labelSelector", ""))
-    fields = parse_field_selector(q.get("fieldSelector", ""))
-    fields = check_fields(
+def _fields(request: web.Request, t: Target) -> FieldSelector:
+    return check_fields(
         t.info.group,
         t.info.plural,
-        fields,
+        parse_field_selector(request.query.get("fieldSelector", "")),
         namespaced=t.info.namespaced,
         version=t.info.version,
     )
+
+
+def selected_by(request: web.Request, t: Target) -> Callable[[Obj], bool]:
+    labels = parse_label_selector(request.query.get("labelSelector", ""))
+    fields = _fields(request, t)
 
     def selected(obj: Obj) -> bool:
         md = obj.get("metadata") or {}
         return labels.matches(md.get("labels")) and fields.matches(obj)
 
     return selected
+
+
+def watch_index(request: web.Request, t: Target) -> tuple[str, str] | None:
+    """The first equality of the watch's field selector, which the store files it under."""
+    for r in _fields(request, t).requirements:
+        if r.operator == "=":
+            return r.field, r.value
+    return None
 
 
 def list_response(request: web.Request, t: Target, store: Store) -> web.Response:
@@ -143,7 +153,7 @@ async def watch_stream(
     headers = True  # the first Table event carries the column definitions, no later one
     bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
     timeout = float(q.get("timeoutSeconds") or watch_timeout)
-    watcher = store.watch(t.info.key, t.namespace or None)
+    watcher = store.watch(t.info.key, t.namespace or None, watch_index(request, t))
     response = web.StreamResponse(headers={"Content-Type": JSON})
     response.enable_chunked_encoding()
     await response.prepare(request)

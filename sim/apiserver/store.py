@@ -8,16 +8,16 @@ window is small on purpose in tests that exercise that path.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-Key = tuple[str, str]  # (group, plural)
-Obj = dict[str, Any]
+from sim.apiserver.watchers import Event, Key, Obj, Watcher, Watchers
+
+__all__ = ["ADDED", "DELETED", "MODIFIED", "Event", "ExpiredError", "Key", "Obj", "Store",
+           "Watcher", "list_order"]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
@@ -31,16 +31,6 @@ def meta(obj: Obj) -> dict[str, Any]:
     return obj.setdefault("metadata", {})
 
 
-@dataclass(frozen=True)
-class Event:
-    type: str
-    rv: int
-    key: Key
-    namespace: str
-    obj: Obj
-    old: Obj | None = None
-
-
 class ExpiredError(Exception):
     """The requested resourceVersion is older than the retained history."""
 
@@ -48,19 +38,6 @@ class ExpiredError(Exception):
         super().__init__(f"too old resource version: {requested} ({oldest})")
         self.requested = requested
         self.oldest = oldest
-
-
-@dataclass(eq=False)
-class Watcher:
-    key: Key
-    namespace: str | None
-    queue: asyncio.Queue[Event | None] = field(default_factory=asyncio.Queue)
-
-    def wants(self, event: Event) -> bool:
-        return event.key == self.key and self.namespace in (None, event.namespace)
-
-    def close(self) -> None:
-        self.queue.put_nowait(None)
 
 
 def list_order(namespace: str, name: str) -> str:
@@ -78,10 +55,11 @@ class Store:
     def __init__(self, history_window: int = 10_000) -> None:
         self._objects: dict[Key, dict[tuple[str, str], Obj]] = {}
         self._history: deque[Event] = deque()
+        self._history_of: dict[Key, deque[Event]] = {}  # the same events, by resource
         self._window = history_window
         self._compacted = 0  # every version <= this is gone from history
         self._rv = 0
-        self._watchers: set[Watcher] = set()
+        self._watchers = Watchers()
         self._listeners: list[Callable[[Event], None]] = []
 
     # --- reads -----------------------------------------------------------------------
@@ -156,11 +134,12 @@ class Store:
 
     def _record(self, event: Event) -> None:
         self._history.append(event)
+        self._history_of.setdefault(event.key, deque()).append(event)
         while len(self._history) > self._window:
-            self._compacted = self._history.popleft().rv
-        for watcher in list(self._watchers):
-            if watcher.wants(event):
-                watcher.queue.put_nowait(event)
+            gone = self._history.popleft()
+            self._history_of[gone.key].popleft()  # the oldest of its resource's too
+            self._compacted = gone.rv
+        self._watchers.deliver(event)
         for listener in list(self._listeners):
             listener(event)
 
@@ -170,14 +149,21 @@ class Store:
         """History after `rv` for one resource; raises ExpiredError if `rv` was compacted away."""
         if rv < self._compacted:
             raise ExpiredError(rv, self._compacted)
-        return [
-            e
-            for e in self._history
-            if e.rv > rv and e.key == key and namespace in (None, e.namespace)
-        ]
+        out: list[Event] = []
+        for e in reversed(self._history_of.get(key, ())):  # newest first: stop at `rv`
+            if e.rv <= rv:
+                break
+            if namespace in (None, e.namespace):
+                out.append(e)
+        out.reverse()
+        return out
 
-    def watch(self, key: Key, namespace: str | None) -> Watcher:
-        watcher = Watcher(key, namespace)
+    def watch(self, key: Key, namespace: str | None,
+              index: tuple[str, str] | None = None) -> Watcher:
+        """A watch of `key` (in `namespace`); `index`: an equality (field path, value) its
+        field selector holds, so that only events of objects with (or that had) that value
+        reach it (sim/apiserver/watchers.py)."""
+        watcher = Watcher(key, namespace, index)
         self._watchers.add(watcher)
         return watcher
 
@@ -205,6 +191,7 @@ class Store:
     def compact(self) -> None:
         """Forget all history: a watch from any earlier version now gets 410 Gone."""
         self._history.clear()
+        self._history_of.clear()
         self._compacted = self._rv
 
     # --- persistence -------------------------------------------------------------------
@@ -221,6 +208,7 @@ class Store:
         """Load a snapshot; history starts empty, so old watches must re-list (410)."""
         self._objects.clear()
         self._history.clear()
+        self._history_of.clear()
         for item in data.get("objects", []):
             obj = item["object"]
             md = obj["metadata"]

@@ -295,8 +295,8 @@ def test_bookmark_never_passes_an_event_still_queued(apiserver, k8s):
     def install():
         real = store.watch
 
-        def watch_with_stall(key, namespace):
-            watcher = real(key, namespace)
+        def watch_with_stall(key, namespace, index=None):
+            watcher = real(key, namespace, index)
             if key[-1] == "configmaps":
                 watcher.queue = StallOnce()
                 watcher.queue._arrived = asyncio.Event()
