@@ -206,6 +206,11 @@ class Reconciler:
                                        f"{_server_message(err)}") from None
                 if err.status != 409:
                     raise
+            # The template may be the one this controller created a moment ago that its
+            # cache has not seen yet: only the live object says whether the name is taken.
+            live = K8sObject.from_dict(await call(self._dra.read, TEMPLATES, name, namespace))
+            if render.is_ours(live, uid, names.TARGET_WORKLOAD):
+                return
         raise BlockedError(
             "TemplateNameTaken",
             f"ResourceClaimTemplate {key} already exists and was not created for this "

@@ -11,6 +11,7 @@ from controller_env import DRIVER_NS, ControllerThread, make_config, wait_for
 from kubernetes import client
 
 from api import names
+from api.computedomain import StoredComputeDomain
 from runtime.draclient import DraApi
 
 
@@ -105,6 +106,24 @@ def test_a_lagging_pod_cache_never_prunes_a_live_daemon(api):
                             EventRecorder(api.api, "test"))
     asyncio.run(reconciler._prune_cliques(uid))
     assert [d["nodeName"] for d in read()["daemons"]] == ["n1"]
+
+
+def test_its_own_template_not_yet_in_the_cache_is_not_taken(api):
+    """A second reconcile can run before the template cache has seen the template the first
+    one created: the create answers 409, and only the live object tells a template of this
+    ComputeDomain from someone else's (which TemplateNameTaken is for)."""
+    from controller.events import EventRecorder
+    from controller.reconcile import Reconciler
+
+    cd = StoredComputeDomain.from_dict(api.create_cd("cd1"))
+    lagging = SimpleNamespace(templates=SimpleNamespace(items={}))  # sees no template at all
+    reconciler = Reconciler(api.api, DraApi(api.api), make_config(), lagging,
+                            EventRecorder(api.api, "test"))
+    asyncio.run(reconciler._ensure_workload_template(cd))
+    asyncio.run(reconciler._ensure_workload_template(cd))  # 409: it is ours, no error
+    assert reconciler.writes == {cd.uid: 1}
+    assert api.rct("cd1-rct", "default")["metadata"]["labels"][names.LABEL_COMPUTE_DOMAIN] \
+        == cd.uid
 
 
 def test_deletion_order_and_the_cd_goes_last(apiserver, controller, api):
