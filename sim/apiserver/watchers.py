@@ -14,6 +14,7 @@ skips watches that cannot match.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,73 +43,65 @@ class Watcher:
     index: tuple[str, str] | None = None
     queue: asyncio.Queue[Event | None] = field(default_factory=asyncio.Queue)
 
-    def wants(self, event: Event) -> bool:
-        return event.key == self.key and self.namespace in (None, event.namespace)
-
     def close(self) -> None:
         self.queue.put_nowait(None)
 
 
+# A group of watches: the resource's unfiled ones (path and value None) or those filed
+# under one (path, value).
+_Group = tuple[Key, str | None, str | None]
+
+
 class Watchers:
-    """The open watches, by resource and by the field equality each is filed under."""
+    """The open watches, grouped by resource and the field equality each is filed under."""
 
     def __init__(self) -> None:
-        self._unfiled: dict[Key, set[Watcher]] = {}
-        self._filed: dict[Key, dict[str, dict[str, set[Watcher]]]] = {}
-        self._count = 0
+        self._groups: dict[_Group, set[Watcher]] = {}
+        self._paths: dict[Key, Counter[str]] = {}  # the paths filed under, with their watches
 
     def __len__(self) -> int:
-        return self._count
+        return sum(map(len, self._groups.values()))
 
     def __iter__(self) -> Iterator[Watcher]:
-        for group in self._unfiled.values():
+        for group in list(self._groups.values()):
             yield from group
-        for paths in self._filed.values():
-            for values in paths.values():
-                for group in values.values():
-                    yield from group
 
     def add(self, watcher: Watcher) -> None:
-        self._bucket(watcher, create=True).add(watcher)
-        self._count += 1
+        self._groups.setdefault(_group_of(watcher), set()).add(watcher)
+        if watcher.index is not None:
+            self._paths.setdefault(watcher.key, Counter())[watcher.index[0]] += 1
 
     def discard(self, watcher: Watcher) -> None:
-        bucket = self._bucket(watcher, create=False)
-        if watcher in bucket:
-            bucket.discard(watcher)
-            self._count -= 1
-            if not bucket and watcher.index is not None:  # no empty buckets left to scan
-                path, value = watcher.index
-                paths = self._filed[watcher.key]
-                del paths[path][value]
-                if not paths[path]:
-                    del paths[path]
+        group = _group_of(watcher)
+        watchers = self._groups.get(group, set())
+        if watcher not in watchers:
+            return
+        watchers.discard(watcher)
+        if not watchers:
+            del self._groups[group]
+        if watcher.index is not None:
+            paths = self._paths[watcher.key]
+            paths[watcher.index[0]] -= 1
+            if not paths[watcher.index[0]]:  # no path left whose value each event computes
+                del paths[watcher.index[0]]
 
     def clear(self) -> None:
-        self._unfiled.clear()
-        self._filed.clear()
-        self._count = 0
+        self._groups.clear()
+        self._paths.clear()
 
     def deliver(self, event: Event) -> None:
         """Queue `event` on every watch that may select it."""
-        for watcher in list(self._unfiled.get(event.key, ())):
-            if watcher.namespace in (None, event.namespace):
-                watcher.queue.put_nowait(event)
-        for path, values in list(self._filed.get(event.key, {}).items()):
-            now = field_value(event.obj, path)
-            was = field_value(event.old, path) if event.old is not None else now
-            for value in {now, was}:
-                for watcher in list(values.get(value, ())):
-                    if watcher.namespace in (None, event.namespace):
-                        watcher.queue.put_nowait(event)
+        groups: set[_Group] = {(event.key, None, None)}
+        for path in self._paths.get(event.key, ()):
+            groups.add((event.key, path, field_value(event.obj, path)))
+            if event.old is not None:
+                groups.add((event.key, path, field_value(event.old, path)))
+        for group in groups:
+            for watcher in list(self._groups.get(group, ())):
+                if watcher.namespace in (None, event.namespace):
+                    watcher.queue.put_nowait(event)
 
-    def _bucket(self, watcher: Watcher, *, create: bool) -> set[Watcher]:
-        if watcher.index is None:
-            if create:
-                return self._unfiled.setdefault(watcher.key, set())
-            return self._unfiled.get(watcher.key, set())
-        path, value = watcher.index
-        if create:
-            return self._filed.setdefault(watcher.key, {}).setdefault(path, {}).setdefault(
-                value, set())
-        return self._filed.get(watcher.key, {}).get(path, {}).get(value, set())
+
+def _group_of(watcher: Watcher) -> _Group:
+    path, value = watcher.index or (None, None)
+    return watcher.key, path, value
